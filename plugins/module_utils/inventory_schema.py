@@ -1,0 +1,255 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The inventory variables of dgxspark.cluster: one definition, used by the plan, argument specs and docs.
+
+Every public inventory variable is described once here, as data. ``validate_cluster_vars`` and
+``validate_host_vars`` check values against these definitions, apply static defaults and return
+ALL problems found (they never stop at the first one).
+"""
+
+from __future__ import annotations
+
+import copy
+
+# Defaults that depend on something else than the variable itself are named by a marker; the
+# plan (cluster_plan.py) resolves them.
+DEFAULT_NODE_COUNT = '@number_of_nodes'
+DEFAULT_FROM_PROFILE = '@model_profile'
+
+GPU_MEMORY_UTILIZATION_CEILING = 0.85
+DEFAULT_RUNTIME_OVERHEAD_GIB = 6.0
+
+DEFAULT_RAILS = [
+    {'name': 'rail1', 'interface': 'enp1s0f1np1', 'subnet': '192.168.100.0/24', 'address_offset': 10},
+    {'name': 'rail2', 'interface': 'enP2p1s0f1np1', 'subnet': '192.168.101.0/24', 'address_offset': 10},
+]
+
+RAIL_FIELDS = (
+    {'name': 'name', 'type': 'str', 'required': True,
+     'description': 'Rail name, the key used in dgxspark_rail_addresses (for example rail1).'},
+    {'name': 'interface', 'type': 'str', 'required': True,
+     'description': 'CX-7 netdev carrying the rail on every node (for example enp1s0f1np1).'},
+    {'name': 'subnet', 'type': 'str', 'required': True,
+     'description': 'IPv4 network of the rail in CIDR form (for example 192.168.100.0/24); one subnet per rail.'},
+    {'name': 'address_offset', 'type': 'int', 'required': False, 'default': 10, 'min': 0,
+     'description': 'Node address = subnet network address + address_offset + rank.'},
+)
+
+CLUSTER_VARIABLES = (
+    {'name': 'dgxspark_model_profile', 'type': 'str', 'required': True, 'default': None,
+     'description': 'Model profile: a file name without .yml in profiles/models/ (or in the profiles_dir given to cluster_plan).'},
+    {'name': 'dgxspark_tensor_parallel_size', 'type': 'int', 'default': DEFAULT_NODE_COUNT, 'min': 1,
+     'description': 'vLLM --tensor-parallel-size. One GPU per Spark, so TP x PP must equal the number of nodes.'},
+    {'name': 'dgxspark_pipeline_parallel_size', 'type': 'int', 'default': 1, 'min': 1,
+     'description': 'vLLM --pipeline-parallel-size. PP stages run one after another for each token.'},
+    {'name': 'dgxspark_gpu_memory_utilization', 'type': 'float', 'default': 0.85, 'min_exclusive': 0.0, 'max': 1.0,
+     'description': 'vLLM --gpu-memory-utilization, the fraction of dgxspark_node_memory_gib vLLM may use. Unified memory: '
+                    'above 0.85 is refused unless dgxspark_allow_gpu_memory_utilization_above_ceiling is true.'},
+    {'name': 'dgxspark_allow_gpu_memory_utilization_above_ceiling', 'type': 'bool', 'default': False,
+     'description': 'Allow dgxspark_gpu_memory_utilization above the unified-memory ceiling 0.85 (up to 1.0).'},
+    {'name': 'dgxspark_max_model_len', 'type': 'int', 'default': DEFAULT_FROM_PROFILE, 'min': 1,
+     'description': "vLLM --max-model-len; defaults to the profile's default_max_model_len."},
+    {'name': 'dgxspark_kv_cache_dtype', 'type': 'str', 'default': DEFAULT_FROM_PROFILE, 'choices': ['auto', 'fp8'],
+     'description': "vLLM --kv-cache-dtype (auto = the model dtype, bf16 here; fp8 halves the KV cache); defaults to the profile's."},
+    {'name': 'dgxspark_enable_expert_parallel', 'type': 'bool', 'default': False,
+     'description': 'vLLM --enable-expert-parallel. Refused for FP8 MoE profiles (fatal dimension error, seed 000) unless allowed.'},
+    {'name': 'dgxspark_allow_expert_parallel_with_fp8_moe', 'type': 'bool', 'default': False,
+     'description': 'Allow dgxspark_enable_expert_parallel with a profile whose MoE weights are FP8.'},
+    {'name': 'dgxspark_rails', 'type': 'list', 'elements': 'rail', 'default': DEFAULT_RAILS,
+     'description': 'RoCE rails: list of {name, interface, subnet, address_offset}. One subnet per rail (per CX-7 twin).'},
+    {'name': 'dgxspark_mtu', 'type': 'int', 'default': 9000, 'min': 1280, 'max': 9216,
+     'description': 'MTU of the CX-7 interfaces (and the switch ports).'},
+    {'name': 'dgxspark_nccl_transport', 'type': 'str', 'default': 'rdma', 'choices': ['rdma', 'socket'],
+     'description': 'NCCL transport: rdma (NET/IB over RoCE v2) or socket (NCCL_IB_DISABLE=1 fallback).'},
+    {'name': 'dgxspark_node_memory_gib', 'type': 'float', 'default': 121.7, 'min_exclusive': 0.0,
+     'description': 'Memory the GPU can address per node, GiB (MemTotal of a DGX Spark reads about 121.7 GiB).'},
+    {'name': 'dgxspark_node_memory_bandwidth_gbs', 'type': 'float', 'default': 273.0, 'min_exclusive': 0.0,
+     'description': 'Memory bandwidth per node in GB/s (1 GB = 1e9 bytes); 273 on GB10. Used for the decode roofline.'},
+    {'name': 'dgxspark_runtime_overhead_gib', 'type': 'float', 'default': DEFAULT_FROM_PROFILE, 'min': 0.0,
+     'description': "Per-node memory besides weights and KV cache (CUDA context, activations, NCCL/RoCE buffers), GiB; "
+                    "defaults to the profile's runtime_overhead_gib, else 6.0."},
+)
+
+HOST_VARIABLES = (
+    {'name': 'dgxspark_rail_addresses', 'type': 'dict', 'default': None,
+     'description': 'Per host: {rail name: IPv4 address without prefix}, overriding the computed address '
+                    '(subnet network + address_offset + rank) on that rail.'},
+)
+
+_BY_NAME = dict((v['name'], v) for v in CLUSTER_VARIABLES + HOST_VARIABLES)
+
+_TYPE_WORDS = {
+    'str': 'a string', 'int': 'an integer', 'float': 'a number', 'bool': 'a boolean (true/false)',
+    'list': 'a list', 'dict': 'a mapping',
+}
+
+
+def cluster_variable_names():
+    """Names of the cluster-wide variables, in documentation order."""
+    return [v['name'] for v in CLUSTER_VARIABLES]
+
+
+def host_variable_names():
+    """Names of the per-host variables."""
+    return [v['name'] for v in HOST_VARIABLES]
+
+
+def get_variable(name):
+    """The definition of one variable (a copy), or None."""
+    spec = _BY_NAME.get(name)
+    return copy.deepcopy(spec) if spec is not None else None
+
+
+def _type_ok(value, type_name):
+    # bool is a subclass of int in Python: a YAML `true` is not a number here.
+    if type_name == 'str':
+        return isinstance(value, str)
+    if type_name == 'int':
+        return isinstance(value, int) and not isinstance(value, bool)
+    if type_name == 'float':
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if type_name == 'bool':
+        return isinstance(value, bool)
+    if type_name == 'list':
+        return isinstance(value, (list, tuple))
+    if type_name == 'dict':
+        return isinstance(value, dict)
+    raise ValueError('unknown schema type %r' % type_name)
+
+
+def _plain(value, type_name):
+    """Convert a checked value to a plain Python type (drops Ansible's tagged/unsafe wrappers)."""
+    if type_name == 'str':
+        return str(value)
+    if type_name == 'int':
+        return int(value)
+    if type_name == 'float':
+        return float(value)
+    if type_name == 'bool':
+        return bool(value)
+    return value
+
+
+def _range_problems(where, spec, value):
+    problems = []
+    if 'min' in spec and value < spec['min']:
+        problems.append('%s is %r; it must be at least %r.' % (where, value, spec['min']))
+    if 'min_exclusive' in spec and value <= spec['min_exclusive']:
+        problems.append('%s is %r; it must be greater than %r.' % (where, value, spec['min_exclusive']))
+    if 'max' in spec and value > spec['max']:
+        problems.append('%s is %r; it must be at most %r.' % (where, value, spec['max']))
+    if 'choices' in spec and value not in spec['choices']:
+        problems.append('%s is %r; it must be one of: %s.' % (where, value, ', '.join(spec['choices'])))
+    return problems
+
+
+def check_value(where, spec, value):
+    """Check one value against a field definition. Returns (plain value or None, [problems])."""
+    type_name = spec['type']
+    if not _type_ok(value, type_name):
+        hint = ''
+        if isinstance(value, str) and type_name in ('int', 'float', 'bool'):
+            hint = (' (a quoted value is a string: write it unquoted in YAML, or pass it as JSON, '
+                    'e.g. -e \'{"%s": ...}\')' % spec['name'])
+        return None, ['%s must be %s, got %s %r%s.' % (where, _TYPE_WORDS[type_name], type(value).__name__, value, hint)]
+    value = _plain(value, type_name)
+    return value, _range_problems(where, spec, value)
+
+
+def _validate_rails(where, rails):
+    problems = []
+    result = []
+    for index, rail in enumerate(rails):
+        item_where = '%s[%d]' % (where, index)
+        if not isinstance(rail, dict):
+            problems.append('%s must be a mapping {name, interface, subnet, address_offset}, got %r.' % (item_where, rail))
+            continue
+        unknown = sorted(set(rail) - set(f['name'] for f in RAIL_FIELDS))
+        if unknown:
+            problems.append('%s has unknown keys %s; allowed: name, interface, subnet, address_offset.' % (item_where, ', '.join(map(str, unknown))))
+        clean = {}
+        for field in RAIL_FIELDS:
+            field_where = '%s.%s' % (item_where, field['name'])
+            if field['name'] not in rail or rail[field['name']] is None:
+                if field.get('required'):
+                    problems.append('%s is missing: %s' % (field_where, field['description']))
+                else:
+                    clean[field['name']] = field['default']
+                continue
+            value, field_problems = check_value(field_where, field, rail[field['name']])
+            problems.extend(field_problems)
+            clean[field['name']] = value
+        result.append(clean)
+    return result, problems
+
+
+def validate_cluster_vars(values):
+    """Check the cluster-wide variables in ``values`` (a mapping; unknown keys are ignored).
+
+    Returns ``(resolved, problems)``. ``resolved`` has every cluster variable: the given value
+    (as a plain Python type) or the static default. Defaults that depend on the node count or on
+    the model profile are left as the markers DEFAULT_NODE_COUNT / DEFAULT_FROM_PROFILE.
+    A variable whose value is wrong is set to None in ``resolved``.
+    """
+    problems = []
+    resolved = {}
+    for spec in CLUSTER_VARIABLES:
+        name = spec['name']
+        if name not in values or values[name] is None:
+            if spec.get('required'):
+                problems.append('%s is not set: %s Set it in group_vars/all.' % (name, spec['description']))
+                resolved[name] = None
+            else:
+                resolved[name] = copy.deepcopy(spec['default'])
+            continue
+        value, value_problems = check_value(name, spec, values[name])
+        if value is not None and spec.get('elements') == 'rail':
+            value, rail_problems = _validate_rails(name, value)
+            value_problems.extend(rail_problems)
+            if not value and not rail_problems:
+                value_problems.append('%s is empty; define at least one rail.' % name)
+        problems.extend(value_problems)
+        resolved[name] = None if value_problems else value
+    return resolved, problems
+
+
+def validate_host_vars(host, values):
+    """Check the per-host variables of ``host``. Returns ``(resolved, problems)``."""
+    problems = []
+    resolved = {}
+    for spec in HOST_VARIABLES:
+        name = spec['name']
+        where = '%s (host %s)' % (name, host)
+        if name not in values or values[name] is None:
+            resolved[name] = copy.deepcopy(spec['default'])
+            continue
+        value, value_problems = check_value(where, spec, values[name])
+        if value is not None and name == 'dgxspark_rail_addresses':
+            clean = {}
+            for rail_name, address in value.items():
+                if not isinstance(address, str):
+                    value_problems.append('%s[%s] must be an IPv4 address string such as 192.168.100.10, got %r.' % (where, rail_name, address))
+                    continue
+                clean[str(rail_name)] = str(address).strip()
+            value = clean
+        problems.extend(value_problems)
+        resolved[name] = None if value_problems else value
+    return resolved, problems
+
+
+def documentation_rows():
+    """Rows (name, type, default, description) for docs and argument specs."""
+    rows = []
+    for spec in CLUSTER_VARIABLES + HOST_VARIABLES:
+        default = spec.get('default')
+        if spec.get('required'):
+            default = 'required'
+        elif default == DEFAULT_NODE_COUNT:
+            default = 'number of nodes'
+        elif default == DEFAULT_FROM_PROFILE:
+            default = "the profile's"
+        kind = spec['type']
+        if 'choices' in spec:
+            kind = '%s (%s)' % (kind, ' / '.join(spec['choices']))
+        rows.append((spec['name'], kind, default, spec['description']))
+    return rows
