@@ -84,11 +84,22 @@ def normalize_option(key):
     return '--' + name
 
 
-def _scalar(option, key, value, where=''):
-    """Render an int/float/str to its argv text."""
+def _type_name(value):
+    """The user-facing name of a value's type (Ansible passes subclasses such as lazy template containers)."""
+    if isinstance(value, Mapping):
+        return 'dict'
+    if isinstance(value, list):
+        return 'list'
+    if isinstance(value, str):
+        return 'str'
+    return type(value).__name__
+
+
+def _scalar(key, value, where=''):
+    """Render an int/float/str (the whole value, or the list item ``where``) to its argv text."""
     if isinstance(value, bool):
         raise VllmArgsError(
-            'vllm_args: option %r%s contains the boolean %r; booleans are only allowed as the whole value of an option '
+            'vllm_args: option %r%s is the boolean %r; booleans are only allowed as the whole value of an option '
             '(true gives a bare flag, false omits it).' % (key, where, value))
     if isinstance(value, int):
         return str(int(value))
@@ -98,9 +109,13 @@ def _scalar(option, key, value, where=''):
         return repr(float(value))
     if isinstance(value, str):
         return str(value)
+    if where:
+        raise VllmArgsError(
+            'vllm_args: option %r%s is a %s; list items must be strings or numbers (give list_style json for this '
+            'option to pass the list as one JSON argument).' % (key, where, _type_name(value)))
     raise VllmArgsError(
-        'vllm_args: option %r%s has a value of type %s, which cannot be rendered; use a string, number, boolean, '
-        'list of strings/numbers, or mapping.' % (key, where, type(value).__name__))
+        'vllm_args: option %r has a value of type %s, which cannot be rendered; use a string, number, boolean, '
+        'list of strings/numbers, or mapping.' % (key, _type_name(value)))
 
 
 def _plain_json(key, value, path):
@@ -121,13 +136,13 @@ def _plain_json(key, value, path):
             if not isinstance(sub_key, str):
                 raise VllmArgsError(
                     'vllm_args: option %r has the non-string key %r (%s) at %s; JSON object keys must be strings.'
-                    % (key, sub_key, type(sub_key).__name__, path))
+                    % (key, sub_key, _type_name(sub_key), path))
             result[str(sub_key)] = _plain_json(key, value[sub_key], '%s.%s' % (path, sub_key))
         return result
     if isinstance(value, (list, tuple)):
         return [_plain_json(key, item, '%s[%d]' % (path, index)) for index, item in enumerate(value)]
     raise VllmArgsError(
-        'vllm_args: option %r has a value of type %s at %s, which cannot be written as JSON.' % (key, type(value).__name__, path))
+        'vllm_args: option %r has a value of type %s at %s, which cannot be written as JSON.' % (key, _type_name(value), path))
 
 
 def _to_json(key, value):
@@ -139,7 +154,7 @@ def _validate_list_style(list_style):
         return {}
     if not isinstance(list_style, Mapping):
         raise VllmArgsError(
-            'vllm_args: list_style must be a mapping of option name to one of %s, got %s.' % (', '.join(LIST_STYLE_CHOICES), type(list_style).__name__))
+            'vllm_args: list_style must be a mapping of option name to one of %s, got %s.' % (', '.join(LIST_STYLE_CHOICES), _type_name(list_style)))
     styles = {}
     for key, style in list_style.items():
         option = normalize_option(key)
@@ -165,14 +180,14 @@ def _render(option, key, value, styles):
         style = styles.get(option) or LIST_STYLES.get(option[2:], DEFAULT_LIST_STYLE)
         if style == LIST_STYLE_JSON:
             return [option, _to_json(key, value)]
-        items = [_scalar(option, key, item, '[%d]' % index) for index, item in enumerate(value)]
+        items = [_scalar(key, item, ' item [%d]' % index) for index, item in enumerate(value)]
         if style == LIST_STYLE_REPEAT:
             argv = []
             for item in items:
                 argv.extend([option, item])
             return argv
         return [option] + items
-    return [option, _scalar(option, key, value)]
+    return [option, _scalar(key, value)]
 
 
 def vllm_argv(options, list_style=None):
@@ -187,7 +202,7 @@ def vllm_argv(options, list_style=None):
     if options is None:
         return []
     if not isinstance(options, Mapping):
-        raise VllmArgsError('vllm_args: expected a mapping of vLLM options, got %s.' % type(options).__name__)
+        raise VllmArgsError('vllm_args: expected a mapping of vLLM options, got %s.' % _type_name(options))
     styles = _validate_list_style(list_style)
 
     normalized = {}

@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 module: cx7_facts
 short_description: Gather ConnectX-7 / RDMA device facts (RDMA device, netdev, state, MTU, IPv4, RoCE v2 GIDs)
 version_added: 0.1.0
-author: dgxspark.cluster contributors
+author: dgxspark.cluster contributors (@dgxspark)
 description:
   - Lists every RDMA device port that has a network interface and returns it as C(ansible_facts.cx7).
   - The device list comes from C(ibdev2netdev -v) when that tool is installed, otherwise from

@@ -10,7 +10,7 @@ DOCUMENTATION = r"""
 module: nccl_env
 short_description: Compute the NCCL, Gloo, UCX and Ray environment of one DGX Spark node
 version_added: 0.1.0
-author: dgxspark.cluster contributors
+author: dgxspark.cluster contributors (@dgxspark)
 description:
   - Computes the environment variables that NCCL, Gloo, TensorPipe, UCX, Open MPI, Ray and vLLM need on one node
     from the node's ConnectX-7 device records (what M(dgxspark.cluster.cx7_facts) returns in C(ansible_facts.cx7.devices)).

@@ -1,0 +1,98 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Action plugin for dgxspark.cluster.cluster_plan: plans the cluster on the controller, contacts no host."""
+
+from __future__ import annotations
+
+import os
+
+import yaml
+
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.dgxspark.cluster.plugins.module_utils.cluster_plan import (
+    ClusterPlanError,
+    build_plan,
+    render_plan_table,
+)
+from ansible_collections.dgxspark.cluster.plugins.module_utils.inventory_schema import (
+    cluster_variable_names,
+    host_variable_names,
+)
+
+# plugins/action/cluster_plan.py -> the collection root is two directories above plugins/action.
+COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILTIN_PROFILES_DIR = os.path.join(COLLECTION_ROOT, 'profiles', 'models')
+
+
+def load_profiles(directories):
+    """Load every <name>.yml of the directories (later ones override earlier). Returns (profiles, problems)."""
+    profiles = {}
+    problems = []
+    for directory in directories:
+        if not os.path.isdir(directory):
+            problems.append('profiles_dir %s is not a directory: give a directory of <name>.yml model profiles.' % directory)
+            continue
+        for filename in sorted(os.listdir(directory)):
+            if not filename.endswith('.yml'):
+                continue
+            path = os.path.join(directory, filename)
+            try:
+                with open(path, 'r', encoding='utf-8') as handle:
+                    profiles[filename[:-4]] = yaml.safe_load(handle)
+            except (OSError, yaml.YAMLError) as exc:
+                problems.append('model profile %s cannot be read (%s): fix the file.' % (path, exc))
+    return profiles, problems
+
+
+class ActionModule(ActionBase):
+    """Build the cluster plan from the inventory's groups and host variables."""
+
+    TRANSFERS_FILES = False
+    _requires_connection = False
+    _VALID_ARGS = frozenset(('profiles_dir', 'overrides'))
+
+    def run(self, tmp=None, task_vars=None):
+        task_vars = task_vars or {}
+        result = super(ActionModule, self).run(tmp, task_vars)
+        del tmp
+        validation, args = self.validate_argument_spec(argument_spec=dict(
+            profiles_dir=dict(type='path'),
+            overrides=dict(type='dict', default={}),
+        ))
+        del validation
+
+        groups = task_vars.get('groups') or {}
+        hostvars = task_vars.get('hostvars') or {}
+        wanted = cluster_variable_names() + host_variable_names()
+        node_hosts = list(groups.get('head') or []) + list(groups.get('workers') or [])
+        node_vars = {}
+        for host in node_hosts:
+            if host in node_vars:
+                continue
+            try:
+                host_vars = hostvars[host]
+            except KeyError:
+                host_vars = {}
+            node_vars[host] = dict((name, host_vars[name]) for name in wanted if name in host_vars)
+
+        directories = [BUILTIN_PROFILES_DIR]
+        if args.get('profiles_dir'):
+            directories.append(args['profiles_dir'])
+        profiles, problems = load_profiles(directories)
+        plan_groups = {'head': list(groups.get('head') or []), 'workers': list(groups.get('workers') or [])}
+        try:
+            plan = build_plan(plan_groups, node_vars, profiles, overrides=args.get('overrides') or {})
+        except ClusterPlanError as exc:
+            problems.extend(exc.problems)
+            plan = None
+        result['changed'] = False
+        if problems:
+            result['failed'] = True
+            result['problems'] = problems
+            result['msg'] = 'The cluster plan is invalid (%d problem%s):\n%s' % (
+                len(problems), '' if len(problems) == 1 else 's', '\n'.join('- %s' % p for p in problems))
+            return result
+        result['plan'] = plan
+        result['table'] = render_plan_table(plan)
+        return result
