@@ -21,8 +21,11 @@ cp tools/get_pip_standin.py "$HOME/.ansible/test/cache/get_pip_${pip_version//./
 
 rm -rf .build/sanity
 mkdir -p "$tree"
-# Tracked and new (not ignored) files only: what a fresh clone would hold.
+# Tracked and new (not ignored) files only, as a fresh clone would hold them; without the lab,
+# molecule, bench and tooling trees, which galaxy.yml's build_ignore keeps out of the collection
+# (they are scripts and test beds, checked by their own tests, not plugins).
 git ls-files -z --cached --others --exclude-standard \
+    | grep -z -v -E '^(lab|bench|molecule|tools|\.config|\.ci|tests/lab|tests/serving)/' \
     | xargs -0 -r sh -c 'for f; do [ -e "$f" ] && printf "%s\0" "$f"; done' sh \
     | tar --null -T - -cf - | tar -C "$tree" -xf -
 cd "$tree"

@@ -395,7 +395,8 @@ def _memory(values, profile, tp, pp):
         need_util = (weights_node_gib + overhead_gib) / node_gib
         usable_gib = budget_gib - overhead_gib - replicated_gb * GB / GIB
         min_nodes = int(math.ceil((total_gb - replicated_gb) * GB / GIB / usable_gib)) if usable_gib > 0 else 0
-        problems.append('Weights do not fit (dgxspark_model_profile, dgxspark_tensor_parallel_size x dgxspark_pipeline_parallel_size): profile %s needs %.1f GB of weights per node (%.1f GB over TP x PP = %d x %d = %d nodes, i.e. '
+        problems.append('Weights do not fit (dgxspark_model_profile, dgxspark_tensor_parallel_size x dgxspark_pipeline_parallel_size): '
+                        'profile %s needs %.1f GB of weights per node (%.1f GB over TP x PP = %d x %d = %d nodes, i.e. '
                         '%.2f GiB) plus %.2f GiB runtime overhead (dgxspark_runtime_overhead_gib) = %.2f GiB, but the budget is '
                         'dgxspark_gpu_memory_utilization %.2f x dgxspark_node_memory_gib %.2f = %.2f GiB per node: use more nodes (at least %d '
                         'at this utilization) or a smaller quantization (another dgxspark_model_profile)%s.' % (
@@ -443,7 +444,8 @@ def _memory(values, profile, tp, pp):
 
 ASSUMPTIONS = (
     'One GPU per DGX Spark: node = GPU = one TP x PP rank.',
-    'Weights (MoE experts, dense and attention layers) are sharded evenly over TP x PP ranks; only a profile\'s replicated_weight_gb is held in full by every rank.',
+    'Weights (MoE experts, dense and attention layers) are sharded evenly over TP x PP ranks; '
+    'only a profile\'s replicated_weight_gb is held in full by every rank.',
     'KV cache is held only by full-attention layers; KV heads are replicated when TP exceeds them; linear-attention state is ignored.',
     'Decode roofline = memory bandwidth / (active weight bytes / TP): an upper bound for one stream; PP does not speed it up.',
     'GB = 1e9 bytes for weights and bandwidth; GiB = 2**30 bytes for node memory, budget, overhead and KV room.',

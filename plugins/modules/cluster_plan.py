@@ -37,14 +37,10 @@ attributes:
     platforms: controller
     description: Runs on the controller only.
 notes:
-  - This is an action plugin; C(hosts) of the play does not matter, use C(hosts: localhost).
+  - "This is an action plugin: the play's C(hosts) does not matter; use C(hosts: localhost)."
   - Requires the Python library C(netaddr) on the controller.
-seealso:
-  - name: Inventory variables
-    description: docs/inventory.md of the collection.
-    link: https://example.invalid/dgxspark/cluster/docs/inventory.md
-author:
-  - dgxspark.cluster developers
+  - The inventory variables are documented in C(docs/inventory.md) of the collection.
+author: dgxspark.cluster contributors (@dgxspark)
 """
 
 EXAMPLES = r"""

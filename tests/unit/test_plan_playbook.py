@@ -1,0 +1,58 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Run playbooks/plan.yml (controller only, contacts no host) against the example and seed inventories."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ANSIBLE_PLAYBOOK = os.path.join(ROOT, '.venv', 'bin', 'ansible-playbook')
+
+pytestmark = pytest.mark.skipif(not os.path.exists(ANSIBLE_PLAYBOOK), reason='run `make setup` first (.venv/bin/ansible-playbook)')
+
+
+def run_plan(inventory, *extra):
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, 'ansible.cfg'), ANSIBLE_NOCOLOR='1', ANSIBLE_FORCE_COLOR='0')
+    return subprocess.run([ANSIBLE_PLAYBOOK, os.path.join('playbooks', 'plan.yml'), '-i', inventory] + list(extra),
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+
+
+@pytest.mark.parametrize('inventory, expected', [
+    ('inventories/4node', ['TP 4 x PP 1 = 4 GPUs on 4 nodes', '0     spark-alpha  head    192.168.100.10', '192.168.101.13',
+                           'Decode roofline', 'tok/s']),
+    ('inventories/3node', ['TP 1 x PP 3 = 3 GPUs on 3 nodes', 'spark-03', '192.168.100.12', 'KV cache room per node']),
+    ('inventories/2node', ['TP 2 x PP 1 = 2 GPUs on 2 nodes', '0     spark-2  head    192.168.100.10', '192.168.101.11']),
+])
+def test_plan_accepts_example_inventories(inventory, expected):
+    result = run_plan(inventory)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for text in expected:
+        assert text in result.stdout, (text, result.stdout)
+    assert 'changed=0' in result.stdout and 'unreachable=0' in result.stdout
+
+
+@pytest.mark.parametrize('inventory, expected', [
+    ('tests/inventories/seed001', ['dgxspark_tensor_parallel_size x dgxspark_pipeline_parallel_size = 4 x 3 = 12 GPUs',
+                                   'exactly one GPU', 'dgxspark_gpu_memory_utilization is 0.95']),
+    ('tests/inventories/seed004_tp2', ['Weights do not fit', '113.0 GB of weights per node', 'dgxspark_model_profile']),
+])
+def test_plan_rejects_seed_inventories(inventory, expected):
+    result = run_plan(inventory)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    for text in expected:
+        assert text in output, (text, output)
+
+
+@pytest.mark.parametrize('inventory', ['inventories/4node', 'inventories/3node', 'inventories/2node',
+                                       'tests/inventories/seed001', 'tests/inventories/seed004_tp2'])
+def test_plan_syntax_check_and_hosts(inventory):
+    result = run_plan(inventory, '--syntax-check')
+    assert result.returncode == 0, result.stdout + result.stderr
+    hosts = run_plan(inventory, '--list-hosts')
+    assert hosts.returncode == 0, hosts.stdout + hosts.stderr
+    assert 'hosts (1):' in hosts.stdout and 'localhost' in hosts.stdout
