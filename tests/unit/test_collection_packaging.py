@@ -1,0 +1,86 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The collection resolves from the checkout, documents every plugin, and builds a working tarball."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tarfile
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+BIN = pathlib.Path(sys.executable).parent
+
+PLUGINS = [
+    ("module", "cx7_facts"),
+    ("module", "nccl_env"),
+    ("module", "cluster_plan"),
+    ("filter", "ibdev2netdev"),
+    ("filter", "vllm_args"),
+]
+
+
+def run(args, cwd=REPO, env=None, check=True):
+    full_env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    for key, value in (env or {}).items():
+        if value is None:
+            full_env.pop(key, None)
+        else:
+            full_env[key] = value
+    return subprocess.run([str(a) for a in args], cwd=cwd, env=full_env, capture_output=True, text=True, check=check)
+
+
+def test_every_plugin_in_the_tree_is_in_the_documented_list():
+    found = {("module", p.stem) for p in (REPO / "plugins/modules").glob("*.py") if p.stem != "__init__"}
+    found |= {("filter", p.stem) for p in (REPO / "plugins/filter").glob("*.yml")}
+    assert found == set(PLUGINS)
+
+
+@pytest.mark.parametrize("plugin_type,name", PLUGINS)
+def test_ansible_doc_renders_with_examples_and_return(plugin_type, name):
+    result = run([BIN / "ansible-doc", "--json", "-t", plugin_type, "dgxspark.cluster." + name])
+    doc = json.loads(result.stdout)["dgxspark.cluster." + name]
+    assert doc["doc"]["short_description"]
+    assert doc["doc"]["description"]
+    assert doc["examples"].strip()
+    assert doc["return"]
+
+
+@pytest.fixture(scope="module")
+def built_collection(tmp_path_factory):
+    out = tmp_path_factory.mktemp("dist")
+    run([BIN / "ansible-galaxy", "collection", "build", "--output-path", out, REPO])
+    tarballs = list(out.glob("dgxspark-cluster-*.tar.gz"))
+    assert len(tarballs) == 1
+    return tarballs[0]
+
+
+def test_tarball_holds_plugins_and_profiles_but_not_test_beds(built_collection):
+    with tarfile.open(built_collection) as tar:
+        names = set(tar.getnames())
+    assert "plugins/modules/cx7_facts.py" in names
+    assert "plugins/module_utils/cluster_plan.py" in names
+    assert "profiles/models/qwen3_5_397b_a17b_fp8.yml" in names
+    assert "playbooks/plan.yml" in names
+    for prefix in ("tests/", "lab/", "bench/", "molecule/", "tools/", ".venv/", ".build/"):
+        assert not any(n.startswith(prefix) for n in names), prefix
+    # The checkout's ansible.cfg points at the checkout's own link; it means nothing once installed.
+    assert "ansible.cfg" not in names
+
+
+def test_installed_tarball_works_outside_the_checkout(built_collection, tmp_path):
+    install_root = tmp_path / "installed"
+    # Away from the checkout's ansible.cfg, which already resolves dgxspark.cluster to the checkout.
+    env = {"ANSIBLE_CONFIG": None, "ANSIBLE_COLLECTIONS_PATH": str(install_root)}
+    run([BIN / "ansible-galaxy", "collection", "install", "--offline", "--no-deps", "-p", install_root, built_collection], cwd=tmp_path, env=env)
+    assert (install_root / "ansible_collections/dgxspark/cluster/MANIFEST.json").is_file()
+    doc = run([BIN / "ansible-doc", "-t", "filter", "dgxspark.cluster.vllm_args"], cwd=tmp_path, env=env)
+    assert "vllm_args" in doc.stdout
+    plan = run([BIN / "ansible-playbook", "dgxspark.cluster.plan", "-i", REPO / "inventories/4node"], cwd=tmp_path, env=env, check=False)
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    assert "spark-delta" in plan.stdout and "192.168.100.13" in plan.stdout
