@@ -5,13 +5,17 @@ VENV := .venv
 BIN := $(VENV)/bin
 NODES ?= 4
 INVENTORY ?= inventories/4node
+PYTEST := $(BIN)/pytest
+MOLECULE_SCENARIOS := $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 
-.PHONY: help setup system-deps run plan lint yamllint ansible-lint sanity unit build test clean
+.PHONY: help setup system-deps serving-venv run plan lint yamllint ansible-lint sanity unit serving-tests \
+	build lab-up lab-down lab-status lab-test molecule test clean
 
 help:
-	@echo "make run    - set everything up and run the main job"
-	@echo "make test   - install what is needed and run every check and test"
-	@echo "make plan INVENTORY=inventories/3node - print the cluster plan for an inventory"
+	@echo "make run    - set everything up, bring up the 4-node virtual Spark lab and run the main job on it"
+	@echo "make test   - install what is needed and run every check and test (lab and molecule included)"
+	@echo "make plan INVENTORY=inventories/3node - print the cluster plan for an inventory (controller only)"
+	@echo "make lab-up NODES=2 | make lab-down | make lab-status"
 
 setup:
 	bash tools/setup.sh
@@ -20,8 +24,13 @@ setup:
 system-deps:
 	bash tools/system-deps.sh
 
-run: setup
-	$(BIN)/ansible-playbook playbooks/plan.yml -i $(INVENTORY)
+# Pinned Ray for the serving stand-in's local integration tests (the lab image carries its own copy).
+serving-venv:
+	bash tools/serving-venv.sh
+
+run: setup lab-up
+	$(BIN)/ansible-playbook playbooks/plan.yml -i inventories/lab
+	$(BIN)/ansible-playbook playbooks/discover.yml -i inventories/lab
 
 plan: setup
 	$(BIN)/ansible-playbook playbooks/plan.yml -i $(INVENTORY)
@@ -30,7 +39,7 @@ yamllint: setup
 	$(BIN)/yamllint --strict .
 
 ansible-lint: setup
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/ansible-lint --profile production
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/ansible-lint --profile production --nocolor
 
 lint: yamllint ansible-lint
 
@@ -38,13 +47,34 @@ sanity: setup system-deps
 	bash tools/sanity.sh
 
 unit: setup
-	$(BIN)/pytest
+	$(PYTEST) tests/unit
+
+serving-tests: setup serving-venv
+	$(PYTEST) tests/serving
 
 build: setup
 	rm -rf .build/dist && mkdir -p .build/dist
 	$(BIN)/ansible-galaxy collection build --output-path .build/dist .
 
-test: setup system-deps lint sanity unit build
+lab-up: setup
+	bash lab/ensure-docker.sh
+	$(BIN)/python lab/labctl.py up --nodes $(NODES)
+
+lab-down: setup
+	$(BIN)/python lab/labctl.py down
+
+lab-status: setup
+	$(BIN)/python lab/labctl.py status
+
+lab-test: lab-up
+	$(PYTEST) -m lab tests/lab
+
+molecule: lab-up
+	set -e; for scenario in $(MOLECULE_SCENARIOS); do \
+		PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/molecule test -s $$scenario; \
+	done
+
+test: setup system-deps lint sanity unit serving-tests build lab-test molecule
 	@echo "make test: all checks passed"
 
 clean:

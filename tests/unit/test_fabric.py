@@ -1,0 +1,388 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Tests for the fabric check: parsers over real command output (fixtures/fabric/README.md), the report and its diagnosis."""
+
+from __future__ import annotations
+
+import copy
+import pathlib
+
+import pytest
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.dgxspark.cluster.plugins.filter.fabric_report import FilterModule
+from ansible_collections.dgxspark.cluster.plugins.module_utils.fabric import (
+    CAUSE_ADDRESS,
+    CAUSE_BANDWIDTH,
+    CAUSE_INTERFACE,
+    CAUSE_LINK,
+    CAUSE_MTU,
+    CAUSE_NCCL,
+    CAUSE_PROBE,
+    CAUSE_SPEED,
+    CAUSE_SPEED_100G,
+    CAUSE_SWITCH_MTU,
+    FabricInputError,
+    FabricParseError,
+    build_fabric_report,
+    nccl_test_max_bytes,
+    parse_ethtool,
+    parse_ib_write_bw,
+    parse_ip_addr_json,
+    parse_nccl_tests,
+    parse_ping,
+    ping_payload,
+    ring_pairs,
+)
+
+FIXTURES = pathlib.Path(__file__).parent / 'fixtures' / 'fabric'
+
+
+def fixture(name):
+    return (FIXTURES / name).read_text(encoding='utf-8')
+
+
+# ----------------------------------------------------------------------------------- parsers
+
+@pytest.mark.parametrize('name, transmitted, received, errors, local_mtu, unreachable, error', [
+    ('ping_jumbo_ok_lab.txt', 3, 2, 0, None, False, None),
+    ('ping_small_ok_lab.txt', 3, 3, 0, None, False, None),
+    ('ping_local_mtu_error_lab.txt', 2, 0, 2, 1500, False, 'Warning: source address might be selected on device other than: enP2p1s0f1np1'),
+    ('ping_host_unreachable_lab.txt', 3, 0, 2, None, True, 'sendmsg: No route to host'),
+    ('ping_network_unreachable_lab.txt', 0, 0, 0, None, False, 'connect: Network is unreachable'),
+])
+def test_parse_ping(name, transmitted, received, errors, local_mtu, unreachable, error):
+    parsed = parse_ping(fixture(name))
+    assert (parsed['transmitted'], parsed['received'], parsed['errors']) == (transmitted, received, errors)
+    assert parsed['local_mtu'] == local_mtu
+    assert parsed['unreachable'] is unreachable
+    assert parsed['error'] == error
+
+
+def test_parse_ping_loss_and_rtt():
+    parsed = parse_ping(fixture('ping_jumbo_ok_lab.txt'))
+    assert parsed['loss_pct'] == pytest.approx(33.3333)
+    assert parsed['rtt_avg_ms'] == pytest.approx(908.2)
+
+
+@pytest.mark.parametrize('text', ['something else entirely\n', 42])
+def test_parse_ping_rejects_unknown(text):
+    with pytest.raises(FabricParseError):
+        parse_ping(text)
+
+
+def test_parse_ping_frag_needed():
+    # iputils prints this line when a router on the path answers ICMP "fragmentation needed".
+    text = ('From 192.168.100.1 icmp_seq=1 Frag needed and DF set (mtu = 1500)\n\n--- 192.168.100.11 ping statistics ---\n'
+            '1 packets transmitted, 0 received, +1 errors, 100% packet loss, time 0ms\n')
+    assert parse_ping(text)['frag_needed_mtu'] == 1500
+
+
+@pytest.mark.parametrize('mtu, payload', [(9000, 8972), (1500, 1472), (9216, 9188)])
+def test_ping_payload(mtu, payload):
+    assert ping_payload(mtu) == payload
+
+
+@pytest.mark.parametrize('mtu', [None, 'x', 10, True])
+def test_ping_payload_rejects(mtu):
+    with pytest.raises(FabricInputError):
+        ping_payload(mtu)
+
+
+@pytest.mark.parametrize('name, speed, raw, link', [
+    ('ethtool_veth_up_lab.txt', 10000, '10000Mb/s', True),
+    ('ethtool_veth_nolink_lab.txt', 10000, '10000Mb/s', False),
+    ('ethtool_bond_200g.txt', 200000, '200000Mb/s', True),
+    ('ethtool_spark_200g_grep.txt', 200000, '200000Mb/s', None),
+    ('ethtool_spark_100g_grep.txt', 100000, '100000Mb/s', None),
+    ('ethtool_speed_unknown_nolink.txt', None, 'Unknown!', False),
+    ('ethtool_speed_unknown_65535.txt', None, 'Unknown! (65535)', False),
+])
+def test_parse_ethtool(name, speed, raw, link):
+    parsed = parse_ethtool(fixture(name))
+    assert parsed['speed_mbps'] == speed
+    assert parsed['speed_raw'] == raw
+    assert parsed['link_detected'] is link
+
+
+def test_parse_ethtool_rejects():
+    with pytest.raises(FabricParseError, match='Speed'):
+        parse_ethtool('netlink error: No such device\n')
+
+
+@pytest.mark.parametrize('name, gbps, rows, size', [
+    ('ib_write_bw_spark_run_infinitely.txt', 92.57, 5, 65536),
+    ('ib_write_bw_spark_twin_b.txt', 97.28, 6, 65536),
+    ('ib_write_bw_cpufreq_warning_bidir.txt', 98.02, 1, 65536),
+    ('ib_write_bw_sweep_roce.txt', 204.59, 23, 8388608),
+    ('ib_write_bw_compliance_example.txt', 51.04, 1, 65536),
+])
+def test_parse_ib_write_bw(name, gbps, rows, size):
+    parsed = parse_ib_write_bw(fixture(name))
+    assert parsed['bw_average_gbps'] == pytest.approx(gbps, abs=0.01)
+    assert len(parsed['rows']) == rows
+    assert parsed['bytes'] == size
+
+
+def test_parse_ib_write_bw_mb_per_sec():
+    text = (' #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n'
+            ' 65536      664644           0.00               11076.63            0.177226\n')
+    assert parse_ib_write_bw(text)['bw_average_gbps'] == pytest.approx(92.92, abs=0.01)
+
+
+@pytest.mark.parametrize('text, match', [
+    (fixture('ib_write_bw_server_waiting_only.txt'), 'no "#bytes'),
+    (' #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]\n', 'no result row'),
+])
+def test_parse_ib_write_bw_rejects(text, match):
+    with pytest.raises(FabricParseError, match=match):
+        parse_ib_write_bw(text)
+
+
+@pytest.mark.parametrize('name, avg, best, largest, collective, rows', [
+    ('nccl_all_gather_spark_ok.txt', 21.4033, 22.46, 22.46, 'all_gather_perf', 3),
+    ('nccl_all_gather_spark_degraded.txt', 2.82151, 2.83, 2.83, 'all_gather_perf', 3),
+    ('nccl_all_reduce_h100_2node.txt', 70.742, 338.82, 338.82, None, 8),
+])
+def test_parse_nccl_tests(name, avg, best, largest, collective, rows):
+    parsed = parse_nccl_tests(fixture(name))
+    assert parsed['avg_busbw_gbs'] == pytest.approx(avg)
+    assert parsed['max_busbw_gbs'] == pytest.approx(best)
+    assert parsed['largest_size_busbw_gbs'] == pytest.approx(largest)
+    assert parsed['collective'] == collective
+    assert parsed['out_of_bounds_ok'] is True
+    assert parsed['wrong'] == 0
+    assert len(parsed['rows']) == rows
+
+
+def test_parse_nccl_tests_check_word_and_missing():
+    assert parse_nccl_tests('# Avg bus bandwidth    : 22.44 OK\n')['avg_busbw_gbs'] == pytest.approx(22.44)
+    with pytest.raises(FabricParseError, match='Avg bus bandwidth'):
+        parse_nccl_tests('# nThread 1 nGpus 1\nNCCL WARN Call to ibv_modify_qp failed\n')
+
+
+@pytest.mark.parametrize('free_gib, nodes, collective, expected_gib', [
+    (100, 2, 'all_gather', 16),      # 50 GiB / 1.5 = 33 GiB: capped at 16 GiB
+    (40, 2, 'all_gather', 8),
+    (40, 4, 'all_reduce', 8),
+    (0.1, 2, 'all_gather', None),
+])
+def test_nccl_test_max_bytes(free_gib, nodes, collective, expected_gib):
+    size = nccl_test_max_bytes(int(free_gib * 1024 ** 3), nodes, collective)
+    if expected_gib is None:
+        assert size is None
+    else:
+        assert size == min(expected_gib, 16) * 1024 ** 3
+
+
+def test_parse_ip_addr_json():
+    text = ('[{"ifindex":2,"ifname":"enp1s0f1np1","flags":["BROADCAST","MULTICAST","UP","LOWER_UP"],"mtu":9000,"operstate":"UP",'
+            '"addr_info":[{"family":"inet","local":"192.168.100.10","prefixlen":24},{"family":"inet6","local":"fe80::1","prefixlen":64}]}]')
+    link = parse_ip_addr_json(text, 'enp1s0f1np1')
+    assert link == {'present': True, 'operstate': 'UP', 'carrier': True, 'admin_up': True, 'mtu': 9000, 'ipv4': ['192.168.100.10/24']}
+    down = parse_ip_addr_json('[{"ifname":"x","flags":["NO-CARRIER","BROADCAST","MULTICAST","UP"],"mtu":1500,"operstate":"DOWN"}]', 'x')
+    assert down['carrier'] is False and down['admin_up'] is True
+    assert parse_ip_addr_json('', 'x')['present'] is False
+    with pytest.raises(FabricParseError):
+        parse_ip_addr_json('not json', 'x')
+
+
+@pytest.mark.parametrize('hosts, pairs', [
+    (['a'], []),
+    (['a', 'b'], [('a', 'b')]),
+    (['a', 'b', 'c'], [('a', 'b'), ('b', 'c'), ('c', 'a')]),
+])
+def test_ring_pairs(hosts, pairs):
+    assert ring_pairs(hosts) == pairs
+
+
+# ------------------------------------------------------------------------------------ report
+
+HOSTS = ['spark-alpha', 'spark-beta', 'spark-gamma']
+PLAN = {
+    'nodes': [{'host': h, 'rank': i, 'rail_addresses': {'rail1': '192.168.100.%d' % (10 + i), 'rail2': '192.168.101.%d' % (10 + i)}}
+              for i, h in enumerate(HOSTS)],
+    'rails': [{'name': 'rail1', 'interface': 'enp1s0f1np1', 'subnet': '192.168.100.0/24', 'prefixlen': 24},
+              {'name': 'rail2', 'interface': 'enP2p1s0f1np1', 'subnet': '192.168.101.0/24', 'prefixlen': 24}],
+}
+EXPECT = {'mtu': 9000, 'speed_mbps': 200000}
+OK_PING = {'transmitted': 3, 'received': 3, 'errors': 0}
+LOST_PING = {'transmitted': 3, 'received': 0, 'errors': 0}
+MTU_PING = {'transmitted': 3, 'received': 0, 'errors': 3, 'local_mtu': 1500}
+
+
+def healthy_probes():
+    probes = {}
+    for i, host in enumerate(HOSTS):
+        probes[host] = {}
+        for rail in PLAN['rails']:
+            third = '100' if rail['name'] == 'rail1' else '101'
+            probes[host][rail['name']] = {
+                'interface': rail['interface'],
+                'link': {'present': True, 'operstate': 'UP', 'carrier': True, 'admin_up': True, 'mtu': 9000,
+                         'ipv4': ['192.168.%s.%d/24' % (third, 10 + i)]},
+                'ethtool': {'speed_mbps': 200000, 'speed_raw': '200000Mb/s', 'link_detected': True},
+                'pings': [{'peer': p, 'kind': k, 'parsed': dict(OK_PING)} for p in HOSTS if p != host for k in ('small', 'jumbo')],
+            }
+    return probes
+
+
+def set_pings(probes, host, rail, peer, small=None, jumbo=None):
+    for ping in probes[host][rail]['pings']:
+        if ping['peer'] == peer and ping['kind'] == 'small' and small is not None:
+            ping['parsed'] = dict(small)
+        if ping['peer'] == peer and ping['kind'] == 'jumbo' and jumbo is not None:
+            ping['parsed'] = dict(jumbo)
+
+
+def causes(report):
+    return sorted((f['host'], f['rail'], f['cause']) for f in report['failures'])
+
+
+def test_report_healthy():
+    report = build_fabric_report(PLAN, healthy_probes(), EXPECT)
+    assert report['ok'] is True
+    assert report['failures'] == []
+    assert [r['peers_reached'] for r in report['rows']] == [2] * 6
+    assert report['table'][0].split() == ['node', 'rail', 'interface', 'address', 'state', 'MTU', 'speed', 'peers', 'RDMA', 'Gb/s']
+    assert 'spark-beta   rail2  enP2p1s0f1np1  192.168.101.11  up     9000  200G   2/2    -' in report['table']
+
+
+def test_report_rail_down_names_node_rail_and_cabling():
+    probes = healthy_probes()
+    link = probes['spark-beta']['rail1']['link']
+    link.update(carrier=False, operstate='DOWN')
+    probes['spark-beta']['rail1']['ethtool'].update(link_detected=False, speed_mbps=None, speed_raw='Unknown!')
+    for host in ('spark-alpha', 'spark-gamma'):
+        set_pings(probes, host, 'rail1', 'spark-beta', small=LOST_PING, jumbo=LOST_PING)
+    for peer in ('spark-alpha', 'spark-gamma'):
+        set_pings(probes, 'spark-beta', 'rail1', peer, small=LOST_PING, jumbo=LOST_PING)
+    report = build_fabric_report(PLAN, probes, EXPECT)
+    assert causes(report) == [('spark-beta', 'rail1', CAUSE_LINK)]
+    assert 'enp1s0f1np1' in report['failure_lines'][0] and 'cable' in report['failure_lines'][0]
+    reached = dict(((r['host'], r['rail']), r['peers_reached']) for r in report['rows'])
+    assert reached[('spark-alpha', 'rail1')] == 1 and reached[('spark-beta', 'rail1')] == 0 and reached[('spark-beta', 'rail2')] == 2
+
+
+def test_report_mtu_mismatch_on_one_node():
+    probes = healthy_probes()
+    probes['spark-gamma']['rail2']['link']['mtu'] = 1500
+    for host in ('spark-alpha', 'spark-beta'):
+        set_pings(probes, host, 'rail2', 'spark-gamma', jumbo=LOST_PING)
+    for peer in ('spark-alpha', 'spark-beta'):
+        set_pings(probes, 'spark-gamma', 'rail2', peer, jumbo=MTU_PING)
+    report = build_fabric_report(PLAN, probes, EXPECT)
+    assert causes(report) == [('spark-gamma', 'rail2', CAUSE_MTU)]
+    assert 'MTU of enP2p1s0f1np1 on spark-gamma is 1500, expected 9000' in report['failures'][0]['detail']
+
+
+def test_report_switch_mtu_when_both_ends_are_right():
+    probes = healthy_probes()
+    set_pings(probes, 'spark-alpha', 'rail1', 'spark-beta', jumbo=LOST_PING)
+    report = build_fabric_report(PLAN, probes, EXPECT)
+    assert causes(report) == [('spark-alpha', 'rail1', CAUSE_SWITCH_MTU)]
+    assert report['failures'][0]['peer'] == 'spark-beta'
+    assert 'DF pings of 8972 bytes' in report['failures'][0]['detail']
+
+
+def test_report_subnet_when_small_pings_fail():
+    probes = healthy_probes()
+    set_pings(probes, 'spark-alpha', 'rail2', 'spark-gamma', small=LOST_PING, jumbo=LOST_PING)
+    report = build_fabric_report(PLAN, probes, EXPECT)
+    assert causes(report) == [('spark-alpha', 'rail2', CAUSE_ADDRESS)]
+
+
+def test_report_missing_address_and_interface():
+    probes = healthy_probes()
+    probes['spark-alpha']['rail1']['link']['ipv4'] = []
+    probes['spark-beta']['rail2'] = {'interface': 'enP2p1s0f1np1', 'link': {'present': False}, 'pings': []}
+    report = build_fabric_report(PLAN, probes, EXPECT)
+    assert causes(report) == [('spark-alpha', 'rail1', CAUSE_ADDRESS), ('spark-beta', 'rail2', CAUSE_INTERFACE)]
+    assert 'expected 192.168.100.10/24' in report['failures'][0]['detail']
+
+
+@pytest.mark.parametrize('speed, raw, expected, cause', [
+    (100000, '100000Mb/s', 200000, CAUSE_SPEED_100G),
+    (50000, '50000Mb/s', 200000, CAUSE_SPEED),
+    (None, 'Unknown!', 200000, CAUSE_SPEED),
+    (10000, '10000Mb/s', 10000, None),
+    (10000, '10000Mb/s', 0, None),
+])
+def test_report_speed(speed, raw, expected, cause):
+    probes = healthy_probes()
+    probes['spark-gamma']['rail1']['ethtool'].update(speed_mbps=speed, speed_raw=raw)
+    for host in HOSTS:
+        for rail in ('rail1', 'rail2'):
+            if expected == 10000 and probes[host][rail]['ethtool']['speed_mbps'] == 200000:
+                probes[host][rail]['ethtool'].update(speed_mbps=10000, speed_raw='10000Mb/s')
+    report = build_fabric_report(PLAN, probes, dict(EXPECT, speed_mbps=expected))
+    assert causes(report) == ([('spark-gamma', 'rail1', cause)] if cause else [])
+    if cause == CAUSE_SPEED_100G:
+        assert 'negotiated 100G' in report['failure_lines'][0]
+
+
+def test_report_unprobed_node():
+    probes = healthy_probes()
+    del probes['spark-gamma']
+    report = build_fabric_report(PLAN, probes, EXPECT)
+    assert causes(report) == [('spark-gamma', 'rail1', CAUSE_PROBE), ('spark-gamma', 'rail2', CAUSE_PROBE)]
+
+
+def test_report_parses_raw_outputs():
+    probes = healthy_probes()
+    raw = probes['spark-alpha']['rail1']
+    raw['ethtool'] = None
+    raw['ethtool_output'] = fixture('ethtool_spark_100g_grep.txt')
+    for ping in raw['pings']:
+        ping['output'] = fixture('ping_small_ok_lab.txt')
+        del ping['parsed']
+    report = build_fabric_report(PLAN, probes, EXPECT)
+    assert causes(report) == [('spark-alpha', 'rail1', CAUSE_SPEED_100G)]
+
+
+def test_report_bandwidth_and_nccl():
+    bandwidth = [
+        {'rail': 'rail1', 'server': 'spark-alpha', 'client': 'spark-beta', 'device': 'rocep1s0f1', 'output': fixture('ib_write_bw_spark_run_infinitely.txt')},
+        {'rail': 'rail2', 'server': 'spark-alpha', 'client': 'spark-beta', 'device': 'roceP2p1s0f1', 'output': fixture('ib_write_bw_spark_twin_b.txt')},
+        {'rail': 'rail1', 'server': 'spark-beta', 'client': 'spark-gamma', 'device': 'rocep1s0f1', 'gbps': 12.5},
+        {'rail': 'rail2', 'server': 'spark-beta', 'client': 'spark-gamma', 'device': 'roceP2p1s0f1',
+         'output': fixture('ib_write_bw_server_waiting_only.txt')},
+    ]
+    nccl = {'collective': 'all_gather', 'output': fixture('nccl_all_gather_spark_degraded.txt'), 'max_bytes': 4294967296}
+    report = build_fabric_report(PLAN, healthy_probes(), EXPECT, bandwidth=bandwidth, nccl=nccl, notes=['a note'])
+    assert causes(report) == [('spark-alpha,spark-beta,spark-gamma', None, CAUSE_NCCL),
+                              ('spark-gamma', 'rail1', CAUSE_BANDWIDTH), ('spark-gamma', 'rail2', CAUSE_BANDWIDTH)]
+    details = ' '.join(f['detail'] for f in report['failures'])
+    assert 'degraded initialization' in details and 'NET/Socket' in details
+    assert 'ib_write_bw rail1 spark-beta -> spark-alpha (rocep1s0f1): 92.57 Gb/s (minimum 85.0)' in report['table']
+    assert report['table'][-1] == 'note: a note'
+    alpha = [r for r in report['rows'] if r['host'] == 'spark-alpha']
+    assert [r['bandwidth_gbps'] for r in alpha] == [92.57, 97.28]
+
+
+def test_report_nccl_ok():
+    nccl = {'collective': 'all_gather', 'output': fixture('nccl_all_gather_spark_ok.txt')}
+    report = build_fabric_report(PLAN, healthy_probes(), dict(EXPECT, nccl_min_busbw_gbs=21.0), nccl=nccl)
+    assert report['ok'] is True
+
+
+@pytest.mark.parametrize('plan, expect', [
+    ({'nodes': 'x'}, EXPECT),
+    (PLAN, {'speed_mbps': 1}),
+    (PLAN, {'mtu': 9000, 'speed_mbps': -1}),
+])
+def test_report_rejects_bad_inputs(plan, expect):
+    with pytest.raises(FabricInputError):
+        build_fabric_report(plan, {}, expect)
+
+
+def test_filters():
+    filters = FilterModule().filters()
+    report = filters['fabric_report'](healthy_probes(), copy.deepcopy(PLAN), EXPECT)
+    assert report['ok']
+    with pytest.raises(AnsibleFilterError, match='fabric_report'):
+        filters['fabric_report']({}, {'nodes': 1}, EXPECT)
+    assert filters['fabric_ring_pairs'](['a', 'b']) == [['a', 'b']]
+    assert filters['fabric_nccl_max_bytes'](40 * 1024 ** 3, 2) == 8 * 1024 ** 3
+    with pytest.raises(AnsibleFilterError):
+        filters['fabric_nccl_max_bytes'](-1, 2)
