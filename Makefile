@@ -9,7 +9,7 @@ PYTEST := $(BIN)/pytest
 MOLECULE_SCENARIOS := $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 
 .PHONY: help setup system-deps serving-venv run plan lint yamllint ansible-lint sanity unit serving-tests \
-	build lab-up lab-down lab-status lab-test molecule test clean
+	build bench-lab lab-up lab-down lab-status lab-test molecule test clean
 
 help:
 	@echo "make run    - set everything up, bring up the 4-node virtual Spark lab and run the main job on it"
@@ -47,7 +47,7 @@ sanity: setup system-deps
 	bash tools/sanity.sh
 
 unit: setup
-	$(PYTEST) tests/unit
+	$(PYTEST) tests/unit tests/lab/test_labctl_unit.py
 
 serving-tests: setup serving-venv
 	$(PYTEST) tests/serving
@@ -68,6 +68,9 @@ lab-status: setup
 
 lab-test: lab-up
 	$(PYTEST) -m lab tests/lab
+
+bench-lab: setup
+	bench/lab_up
 
 molecule: lab-up
 	set -e; for scenario in $(MOLECULE_SCENARIOS); do \

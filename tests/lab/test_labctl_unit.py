@@ -1,0 +1,337 @@
+"""Unit tests of the lab's pure logic (lab/labctl.py) and stand-in generators (no Docker, not marked lab)."""
+
+import importlib.util
+import io
+import os
+import tempfile
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _load(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+labctl = _load("labctl_under_test", os.path.join(REPO, "lab", "labctl.py"))
+standins = _load("standins_under_test", os.path.join(
+    REPO, "lab", "node", "rootfs", "usr", "local", "lib", "dgxspark-lab", "dgxspark_lab_standins.py"))
+
+
+# ----------------------------------------------------------------------------- naming and addressing
+
+@pytest.mark.parametrize("count, last", [(2, "spark-beta"), (4, "spark-delta"), (8, "spark-theta")])
+def test_node_names(count, last):
+    names = labctl.node_names(count)
+    assert names[0] == "spark-alpha" and names[-1] == last and len(names) == count
+
+
+@pytest.mark.parametrize("count", [0, 1, 9, "4", True])
+def test_node_names_rejects(count):
+    with pytest.raises(labctl.LabError, match="2 to 8"):
+        labctl.node_names(count)
+
+
+@pytest.mark.parametrize("index, ip", [(0, "172.31.240.10"), (3, "172.31.240.13"), (7, "172.31.240.17")])
+def test_mgmt_ip(index, ip):
+    assert labctl.mgmt_ip(index) == ip
+
+
+@pytest.mark.parametrize("rail, rank, ip", [(1, 0, "192.168.100.10"), (2, 3, "192.168.101.13")])
+def test_rail_address(rail, rank, ip):
+    assert labctl.rail_address(rail, rank) == ip
+
+
+def test_host_veth_names_fit_ifnamsiz():
+    names = {labctl.host_veth(n, k) for n in labctl.NODE_NAMES for k, _d, _r in labctl.FABRIC}
+    assert len(names) == 32 and max(len(n) for n in names) <= 15
+    assert labctl.host_veth("spark-alpha", "r1") == "dsl-alpha-r1"
+
+
+def test_fabric_netdevs_are_gb10_names():
+    assert [d for _k, d, _r in labctl.FABRIC] == ["enp1s0f1np1", "enP2p1s0f1np1", "enp1s0f0np0", "enP2p1s0f0np0"]
+
+
+@pytest.mark.parametrize("value, rail", [("1", 1), ("rail2", 2), (2, 2), ("R1", 1)])
+def test_parse_rail(value, rail):
+    assert labctl.parse_rail(value) == rail
+
+
+def test_parse_rail_rejects():
+    with pytest.raises(labctl.LabError):
+        labctl.parse_rail("3")
+
+
+@pytest.mark.parametrize("value, rate", [("1gbit", "1gbit"), ("none", None), (None, None), ("500MBIT", "500mbit")])
+def test_parse_rate(value, rate):
+    assert labctl.parse_rate(value) == rate
+
+
+def test_parse_rate_rejects():
+    with pytest.raises(labctl.LabError, match="tc rate"):
+        labctl.parse_rate("fast")
+
+
+def test_tbf_args_burst_scales():
+    args = labctl.tbf_args("1gbit")
+    assert args[:3] == ["tbf", "rate", "1gbit"] and int(args[4]) == 500000
+    assert int(labctl.tbf_args("10mbit")[4]) == 64 * 1024
+
+
+# ----------------------------------------------------------------------------- mirror detection
+
+DEB822 = """Types: deb
+# http://snapshot.debian.org/archive/debian/20250520T000000Z
+URIs: http://deb.debian.org/debian
+Suites: bookworm bookworm-updates
+Components: main
+
+Types: deb
+URIs: http://deb.debian.org/debian-security
+Suites: bookworm-security
+Components: main
+"""
+
+
+@pytest.mark.parametrize("files, mirror", [
+    ({"/etc/apt/sources.list.d/debian.sources": DEB822}, "http://deb.debian.org/debian"),
+    ({"/etc/apt/sources.list": "deb [arch=amd64] http://mirror.example/debian/ bookworm main\n"},
+     "http://mirror.example/debian"),
+    ({"/etc/apt/sources.list": "deb http://security.debian.org/debian-security bookworm-security main\n",
+      "/etc/apt/sources.list.d/x.list": "deb http://m.example/debian bookworm main contrib\n"},
+     "http://m.example/debian"),
+    ({"/etc/apt/sources.list.d/n.sources": "Types: deb\nURIs: https://deb.nodesource.com/node_20.x\nSuites: nodistro\n"},
+     None),
+])
+def test_parse_apt_sources(files, mirror):
+    assert labctl.parse_apt_sources(files) == mirror
+
+
+# ----------------------------------------------------------------------------- hashing
+
+def test_content_hash_changes_with_inputs():
+    base = [("a", False, b"1"), ("b", True, b"2")]
+    assert labctl.content_hash(base) == labctl.content_hash(list(base))
+    assert labctl.content_hash(base) != labctl.content_hash([("a", False, b"1"), ("b", False, b"2")])
+    assert labctl.content_hash(base) != labctl.content_hash([("a", False, b"1"), ("b", True, b"3")])
+    assert len(labctl.content_hash(base)) == 12
+
+
+def test_node_hash_follows_rootfs_and_base(tmp_path):
+    (tmp_path / "rootfs" / "etc").mkdir(parents=True)
+    (tmp_path / "Dockerfile").write_text("FROM x\n")
+    (tmp_path / "rootfs" / "etc" / "f").write_text("1")
+    first = labctl.content_hash(labctl.node_hash_parts("base:1", str(tmp_path)))
+    assert first == labctl.content_hash(labctl.node_hash_parts("base:1", str(tmp_path)))
+    assert first != labctl.content_hash(labctl.node_hash_parts("base:2", str(tmp_path)))
+    (tmp_path / "rootfs" / "etc" / "f").write_text("2")
+    assert first != labctl.content_hash(labctl.node_hash_parts("base:1", str(tmp_path)))
+
+
+def test_base_hash_follows_mirror():
+    one = labctl.content_hash(labctl.base_hash_parts("http://a/debian"))
+    assert one != labctl.content_hash(labctl.base_hash_parts("http://b/debian"))
+
+
+def test_base_packages_cover_the_brief():
+    with open(os.path.join(REPO, "lab", "node", "packages.txt")) as handle:
+        pkgs = set(labctl.base_packages(handle.read()))
+    assert {"systemd", "udev", "netplan.io", "openssh-server", "python3", "docker.io", "iproute2", "ethtool",
+            "iputils-ping", "rsync", "sudo", "iptables"} <= pkgs
+
+
+# ----------------------------------------------------------------------------- rendering
+
+def test_committed_static_inventory_matches_render():
+    with open(os.path.join(REPO, "inventories", "lab", "hosts.yml")) as handle:
+        assert handle.read() == labctl.render_hosts_yml(4)
+
+
+@pytest.mark.parametrize("count", range(2, 9))
+def test_render_hosts_yml(count):
+    import yaml
+    data = yaml.safe_load(labctl.render_hosts_yml(count))
+    groups = data["all"]["children"]
+    assert list(groups["head"]["hosts"]) == ["spark-alpha"]
+    workers = list((groups["workers"].get("hosts") or {}))
+    assert workers == labctl.node_names(count)[1:]
+    assert groups["workers"]["hosts"]["spark-beta"]["ansible_host"] == "172.31.240.11"
+
+
+def test_render_group_vars_replaces_state_dir_and_profile():
+    with open(os.path.join(REPO, "inventories", "lab", "group_vars", "all.yml")) as handle:
+        template = handle.read()
+    out = labctl.render_group_vars(template, "{{ inventory_dir }}/..", "some_profile")
+    import yaml
+    data = yaml.safe_load(out)
+    assert data["dgxspark_lab_state_dir"] == "{{ inventory_dir }}/.."
+    assert data["dgxspark_model_profile"] == "some_profile"
+    assert yaml.safe_load(template)["dgxspark_model_profile"] == "qwen3_5_397b_a17b_fp8"
+
+
+def test_group_vars_rails_match_the_lab():
+    import yaml
+    with open(os.path.join(REPO, "inventories", "lab", "group_vars", "all.yml")) as handle:
+        data = yaml.safe_load(handle)
+    assert [(r["interface"], r["subnet"]) for r in data["dgxspark_rails"]] == [
+        ("enp1s0f1np1", labctl.RAIL_SUBNETS[1]), ("enP2p1s0f1np1", labctl.RAIL_SUBNETS[2])]
+    assert data["ansible_user"] == "root"
+
+
+def test_render_ssh_config_and_known_hosts():
+    cfg = labctl.render_ssh_config(2, "/s")
+    assert "Host spark-beta 172.31.240.11" in cfg and "UserKnownHostsFile /s/ssh/known_hosts" in cfg
+    assert "StrictHostKeyChecking yes" in cfg
+    kh = labctl.render_known_hosts([("spark-alpha", "172.31.240.10", "ssh-ed25519 AAAAC3 root@spark-alpha\n")])
+    assert kh == "spark-alpha,172.31.240.10 ssh-ed25519 AAAAC3\n"
+
+
+def test_node_faults_defaults():
+    state = labctl.default_state(4)
+    assert labctl.node_faults(state, "spark-beta") == {"rail1": "up", "rail2": "up", "detached": False}
+
+
+# ----------------------------------------------------------------------------- stand-ins
+
+def fake_state(netdev, operstate="up", ipv4=(), ipv6_enabled=False, ipv6=(), mac="02:00:00:00:00:01"):
+    return {"netdev": netdev, "operstate": operstate, "mac": mac, "mtu": 1500, "speed_mbps": 10000,
+            "ipv4": list(ipv4), "ipv6": list(ipv6), "ipv6_enabled": ipv6_enabled}
+
+
+def gb10_states(down=()):
+    return {netdev: fake_state(netdev, "down" if (netdev in down or "f0np0" in netdev) else "up")
+            for _d, netdev, _p, _ph in standins.CX7_PORTS}
+
+
+def test_ibdev2netdev_plain():
+    assert standins.render_ibdev2netdev(gb10_states()) == [
+        "rocep1s0f0 port 1 ==> enp1s0f0np0 (Down)",
+        "rocep1s0f1 port 1 ==> enp1s0f1np1 (Up)",
+        "roceP2p1s0f0 port 1 ==> enP2p1s0f0np0 (Down)",
+        "roceP2p1s0f1 port 1 ==> enP2p1s0f1np1 (Up)",
+    ]
+
+
+def test_ibdev2netdev_reflects_a_down_rail_and_missing_netdev():
+    states = gb10_states(down=("enp1s0f1np1",))
+    states["enP2p1s0f0np0"] = None
+    lines = standins.render_ibdev2netdev(states)
+    assert "rocep1s0f1 port 1 ==> enp1s0f1np1 (Down)" in lines
+    assert not [line for line in lines if "roceP2p1s0f0" in line]
+
+
+def test_ibdev2netdev_lowerlayerdown_is_down():
+    states = gb10_states()
+    states["enp1s0f1np1"]["operstate"] = "lowerlayerdown"
+    assert "rocep1s0f1 port 1 ==> enp1s0f1np1 (Down)" in standins.render_ibdev2netdev(states)
+
+
+def test_ibdev2netdev_verbose_format():
+    lines = standins.render_ibdev2netdev(gb10_states(), verbose=True)
+    assert lines[1].startswith("0000:01:00.1 rocep1s0f1 (MT4129 - ")
+    assert lines[1].endswith(") fw 28.45.1020 port 1 (ACTIVE) ==> enp1s0f1np1 (Up)")
+    assert lines[0].endswith("port 1 (DOWN  ) ==> enp1s0f0np0 (Down)")
+    assert lines[3].startswith("0002:01:00.1 roceP2p1s0f1 ")
+
+
+def test_gid_table_ipv4_only():
+    table = standins.gid_table(fake_state("enp1s0f1np1", ipv4=["192.168.100.10/24"]))
+    assert table[0] == (0, standins.ZERO_GID, None) and table[1] == (1, standins.ZERO_GID, None)
+    assert table[2] == (2, "0000:0000:0000:0000:0000:ffff:c0a8:640a", "IB/RoCE v1")
+    assert table[3] == (3, "0000:0000:0000:0000:0000:ffff:c0a8:640a", "RoCE v2")
+    assert len(table) == 4
+
+
+def test_gid_table_with_ipv6_link_local_and_global():
+    state = fake_state("enp1s0f1np1", ipv4=["192.168.100.10/24", "10.0.0.1/8"], ipv6_enabled=True,
+                       ipv6=[{"cidr": "fe80::1/64", "scope": "link"}, {"cidr": "2001:db8::5/64", "scope": "global"}],
+                       mac="02:00:00:00:00:01")
+    table = standins.gid_table(state)
+    assert table[0] == (0, "fe80:0000:0000:0000:0000:00ff:fe00:0001", "IB/RoCE v1")
+    assert table[1][2] == "RoCE v2"
+    assert [t for _i, _g, t in table[2:]] == ["IB/RoCE v1", "RoCE v2"] * 3
+    assert table[5][1].endswith("ffff:0a00:0001")
+    assert table[7] == (7, "2001:0db8:0000:0000:0000:0000:0000:0005", "RoCE v2")
+
+
+def test_default_gid_eui64():
+    assert standins.default_gid("d6:a4:a6:d2:02:5e") == "fe80:0000:0000:0000:d4a4:a6ff:fed2:025e"
+
+
+def test_sysfs_files_shape():
+    states = gb10_states(down=("enP2p1s0f1np1",))
+    states["enp1s0f1np1"]["ipv4"] = ["192.168.100.10/24"]
+    files, links = standins.sysfs_files(states, "/sys/class/net")
+    port = "class/infiniband/rocep1s0f1/ports/1"
+    assert files[port + "/state"] == "4: ACTIVE"
+    assert files["class/infiniband/roceP2p1s0f1/ports/1/state"] == "1: DOWN"
+    assert files[port + "/link_layer"] == "Ethernet"
+    assert files[port + "/gids/3"].endswith("c0a8:640a") and files[port + "/gid_attrs/types/3"] == "RoCE v2"
+    assert port + "/gid_attrs/types/0" not in files
+    assert links["class/infiniband/rocep1s0f1/device/net/enp1s0f1np1"] == "/sys/class/net/enp1s0f1np1"
+    assert links["class/net/enP2p1s0f0np0"] == "/sys/class/net/enP2p1s0f0np0"
+
+
+def test_write_sysfs_tree_atomic_and_regenerated():
+    with tempfile.TemporaryDirectory() as tmp:
+        root = os.path.join(tmp, "sysfs")
+        standins.write_sysfs_tree(gb10_states(), root, "/nonexistent")
+        state_file = os.path.join(root, "class/infiniband/rocep1s0f1/ports/1/state")
+        with open(state_file) as handle:
+            assert handle.read() == "4: ACTIVE\n"
+        assert os.path.islink(root)
+        standins.write_sysfs_tree(gb10_states(down=("enp1s0f1np1",)), root, "/nonexistent")
+        with open(state_file) as handle:
+            assert handle.read() == "1: DOWN\n"
+        assert len([e for e in os.listdir(tmp) if e.startswith("sysfs.")]) == 1
+        assert os.readlink(os.path.join(root, "class/net/enp1s0f1np1")) == "/nonexistent/enp1s0f1np1"
+
+
+INFO = standins.gpu_info("580.95.05", 124620, 0, "spark-alpha")
+
+
+@pytest.mark.parametrize("fmt, expected", [
+    ("csv,noheader,nounits", ["NVIDIA GB10, 580.95.05, 124620, 0"]),
+    ("csv,noheader", ["NVIDIA GB10, 580.95.05, 124620 MiB, 0 MiB"]),
+    ("csv", ["name, driver_version, memory.total [MiB], memory.used [MiB]", "NVIDIA GB10, 580.95.05, 124620 MiB, 0 MiB"]),
+])
+def test_nvidia_smi_query(fmt, expected):
+    assert standins.render_query(INFO, "name,driver_version,memory.total,memory.used", fmt) == expected
+
+
+def test_nvidia_smi_main_query_and_errors():
+    out = io.StringIO()
+    assert standins.nvidia_smi_main(["--query-gpu=driver_version", "--format=csv,noheader"],
+                                    info=standins.gpu_info("580.142"), out=out) == 0
+    assert out.getvalue() == "580.142\n"
+    out = io.StringIO()
+    assert standins.nvidia_smi_main(["--query-gpu=bogus", "--format=csv"], info=INFO, out=out) == 2
+    assert "not a valid field" in out.getvalue()
+
+
+def test_nvidia_smi_plain_and_list():
+    text = "\n".join(standins.render_plain(INFO, date="Mon"))
+    assert "NVIDIA GB10" in text and "Driver Version: 580.95.05" in text and "CUDA Version: 13.0" in text
+    out = io.StringIO()
+    standins.nvidia_smi_main(["-L"], info=INFO, out=out)
+    assert out.getvalue().startswith("GPU 0: NVIDIA GB10 (UUID: GPU-")
+
+
+def test_standins_are_labelled():
+    root = os.path.join(REPO, "lab", "node", "rootfs")
+    for rel in ("usr/local/sbin/ibdev2netdev", "usr/local/sbin/dgxspark-lab-sysfs", "usr/local/bin/nvidia-smi",
+                "usr/local/lib/dgxspark-lab/udevadm", "usr/local/lib/dgxspark-lab/dgxspark_lab_standins.py"):
+        with open(os.path.join(root, rel)) as handle:
+            assert "LAB STAND-IN" in "".join(handle.readlines()[:4]), rel
+
+
+def test_render_mgmt_netplan():
+    import yaml
+    data = yaml.safe_load(labctl.render_mgmt_netplan(1))
+    eth0 = data["network"]["ethernets"]["eth0"]
+    assert eth0["addresses"] == ["172.31.240.11/24"] and eth0["critical"] is True
+    assert eth0["routes"] == [{"to": "default", "via": "172.31.240.1"}]
