@@ -1,0 +1,139 @@
+"""Testinfra checks for the os_hardening scenario (lab nodes after converge + idempotence).
+
+Expected values come from the inventory the scenario ran with (the lab's group_vars), read through
+Ansible, so the test follows the lab's settings instead of repeating them.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+# force_ansible: commands go through Ansible itself, so the lab inventory's templated connection
+# settings ({{ dgxspark_lab_state_dir }} in ansible_ssh_common_args) are rendered.
+testinfra_hosts = ["ansible://all?force_ansible=True"]
+
+SYSCTL_FILE_DEFAULT = "/etc/sysctl.d/90-dgxspark-os.conf"
+LIMITS_FILE_DEFAULT = "/etc/security/limits.d/90-dgxspark-memlock.conf"
+
+
+@pytest.fixture(name="hvars")
+def fixture_hvars(host):
+    """The role's variables for this host (inventory value or the role default)."""
+    variables = host.ansible.get_variables()
+    defaults = {
+        "os_hardening_swappiness": 1,
+        "os_hardening_sysctl_file": SYSCTL_FILE_DEFAULT,
+        "os_hardening_limits_file": LIMITS_FILE_DEFAULT,
+        "os_hardening_memlock": "unlimited",
+        "os_hardening_docker_memlock_ulimit": True,
+        "os_hardening_docker_daemon_json": "/etc/docker/daemon.json",
+        "os_hardening_sysctl_apply_runtime": True,
+        "os_hardening_default_target": "multi-user.target",
+    }
+    return {name: variables.get(name, value) for name, value in defaults.items()}
+
+
+def test_default_target_is_multi_user(host, hvars):
+    assert host.check_output("systemctl get-default") == hvars["os_hardening_default_target"]
+    link = host.file("/etc/systemd/system/default.target")
+    assert link.is_symlink
+    assert link.linked_to.endswith("/" + hvars["os_hardening_default_target"])
+
+
+@pytest.mark.parametrize("unit", ["lightdm.service", "gdm.service"])
+def test_display_managers_stopped_and_disabled(host, unit):
+    service = host.service(unit)
+    assert not service.is_running
+    assert not service.is_enabled
+    # The alias gdm3 (resolved to gdm) and display-manager.service are gone with the disable.
+    assert not host.file("/etc/systemd/system/display-manager.service").exists
+    assert not host.file("/etc/systemd/system/gdm3.service").exists
+
+
+def test_sysctl_drop_in(host, hvars):
+    drop_in = host.file(hvars["os_hardening_sysctl_file"])
+    assert drop_in.is_file
+    assert drop_in.user == "root" and drop_in.group == "root"
+    assert drop_in.mode == 0o644
+    lines = [line.strip() for line in drop_in.content_string.splitlines() if line.strip() and not line.startswith("#")]
+    assert lines == ["vm.swappiness = %d" % int(hvars["os_hardening_swappiness"])]
+
+
+def test_sysctl_drop_in_is_what_systemd_applies_at_boot(host, hvars):
+    """The drop-in is in systemd-sysctl's configuration and no later file overrides the value."""
+    config = host.check_output("systemd-analyze cat-config sysctl.d")
+    assert "# " + hvars["os_hardening_sysctl_file"] in config
+    values = [line.split("=", 1)[1].strip() for line in config.splitlines()
+              if line.strip().lstrip("-").startswith(("vm.swappiness", "vm/swappiness"))]
+    assert values[-1] == str(int(hvars["os_hardening_swappiness"]))
+
+
+def test_swappiness_running_value(host, hvars):
+    if not hvars["os_hardening_sysctl_apply_runtime"]:
+        pytest.skip("os_hardening_sysctl_apply_runtime is false here: /proc/sys is read-only")
+    assert host.sysctl("vm.swappiness") == int(hvars["os_hardening_swappiness"])
+
+
+def test_limits_drop_in(host, hvars):
+    drop_in = host.file(hvars["os_hardening_limits_file"])
+    assert drop_in.is_file
+    assert drop_in.mode == 0o644
+    assert drop_in.user == "root"
+    entries = {tuple(line.split()) for line in drop_in.content_string.splitlines() if line.strip() and not line.startswith("#")}
+    value = str(hvars["os_hardening_memlock"])
+    for domain in ("*", "root"):
+        for kind in ("soft", "hard"):
+            assert (domain, kind, "memlock", value) in entries
+    # Never appended to limits.conf (seed 000 did, once per run).
+    for line in host.file("/etc/security/limits.conf").content_string.splitlines():
+        assert line.lstrip().startswith("#") or "memlock" not in line
+
+
+def test_memlock_effective_in_new_login_session(host, hvars):
+    """pam_limits reads limits.d for a new session: su - (PAM session) sees the limit, soft and hard."""
+    expected = str(hvars["os_hardening_memlock"])
+    assert host.check_output("su - root -c 'ulimit -S -l'") == expected
+    assert host.check_output("su - root -c 'ulimit -H -l'") == expected
+
+
+def test_daemon_json(host, hvars):
+    daemon_json = host.file(hvars["os_hardening_docker_daemon_json"])
+    assert daemon_json.is_file
+    config = json.loads(daemon_json.content_string)
+    # The lab image's keys survive whatever the role did.
+    assert config.get("storage-driver") == "vfs"
+    assert config.get("log-driver") == "json-file"
+    if hvars["os_hardening_docker_memlock_ulimit"]:
+        value = -1 if str(hvars["os_hardening_memlock"]) == "unlimited" else int(hvars["os_hardening_memlock"]) * 1024
+        assert config["default-ulimits"]["memlock"] == {"Name": "memlock", "Soft": value, "Hard": value}
+        assert daemon_json.mode == 0o644
+    else:
+        assert "default-ulimits" not in config
+    assert host.service("docker").is_running
+
+
+def _converge_playbook():
+    scenario_dir = os.environ.get("MOLECULE_SCENARIO_DIRECTORY", "")
+    project_dir = os.environ.get("MOLECULE_PROJECT_DIRECTORY", "")
+    for path in (os.path.join(scenario_dir, "converge.yml"), os.path.join(project_dir, "molecule", "shared", "converge.yml")):
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+def test_check_diff_on_converged_node_changes_nothing(host):
+    """`--check --diff` of the converge playbook on the converged nodes reports changed=0."""
+    inventory = os.environ.get("MOLECULE_INVENTORY_FILE")
+    playbook = _converge_playbook()
+    if not inventory or not playbook:
+        pytest.skip("not run by molecule (no MOLECULE_INVENTORY_FILE / converge playbook)")
+    hostname = host.backend.get_hostname()
+    ansible_playbook = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
+    proc = subprocess.run([ansible_playbook, "-i", inventory, playbook, "--check", "--diff", "--limit", hostname],
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    recap = [line for line in proc.stdout.splitlines() if line.startswith(hostname) and "changed=" in line]
+    assert recap and "changed=0" in recap[-1], proc.stdout

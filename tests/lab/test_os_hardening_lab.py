@@ -1,0 +1,226 @@
+"""os_hardening against the virtual Spark lab (`python3 lab/labctl.py up --nodes 2`).
+
+Runs playbooks/os.yml on one lab node (spark-beta) with the lab's values for the role's variables
+(LAB_VARS, the same as inventories/lab/group_vars/all.yml) and inspects the node with `docker exec`.
+Covers what the molecule scenario cannot with the lab's settings: Docker's daemon.json merge (switched
+on here), bad inputs leaving the node untouched, the graphical-session warning, drop_caches honesty.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.lab
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+INVENTORY = os.path.join(os.environ.get("DGXSPARK_LAB_STATE", os.path.join(REPO, "lab", "state")), "inventory")
+ANSIBLE_PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
+NODE = os.environ.get("DGXSPARK_LAB_TEST_NODE", "spark-beta")
+CONTAINER = "dgxspark-lab-" + NODE
+
+# The lab's differences from a real Spark for this role (real-Spark defaults in the role).
+LAB_VARS = {
+    "os_hardening_sysctl_apply_runtime": False,   # /proc/sys is read-only in a lab node
+    "os_hardening_memlock": 8192,                  # the node's hard memlock limit (KiB); it cannot raise it
+    "os_hardening_docker_memlock_ulimit": False,   # Docker inside the node cannot apply memlock -1
+    "os_hardening_drop_caches_supported": False,   # /proc/sys/vm/drop_caches is read-only
+}
+SYSCTL_FILE = "/etc/sysctl.d/90-dgxspark-os.conf"
+LIMITS_FILE = "/etc/security/limits.d/90-dgxspark-memlock.conf"
+DAEMON_JSON = "/etc/docker/daemon.json"
+
+
+def node_sh(script, check=True):
+    proc = subprocess.run(["docker", "exec", CONTAINER, "sh", "-c", script], capture_output=True, text=True,
+                          timeout=120, check=False)
+    if check and proc.returncode != 0:
+        raise AssertionError("%s: rc=%d\n%s%s" % (script, proc.returncode, proc.stdout, proc.stderr))
+    return proc.stdout.strip()
+
+
+def play(*args, extra=None, tags=None):
+    variables = dict(LAB_VARS, **(extra or {}))
+    cmd = [ANSIBLE_PLAYBOOK, "-i", INVENTORY, os.path.join(REPO, "playbooks", "os.yml"), "--limit", NODE,
+           "-e", json.dumps(variables)] + list(args)
+    if tags:
+        cmd += ["--tags", tags]
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False)
+    proc.output = proc.stdout + proc.stderr
+    return proc
+
+
+def changed(proc):
+    for line in proc.stdout.splitlines():
+        if line.startswith(NODE) and "changed=" in line:
+            return int(line.split("changed=")[1].split()[0])
+    raise AssertionError("no recap for %s:\n%s" % (NODE, proc.output))
+
+
+def snapshot():
+    """What the role may change on the node, as text."""
+    return node_sh("for f in %s %s %s; do echo \"== $f\"; cat \"$f\" 2>/dev/null; done; "
+                   "readlink /etc/systemd/system/default.target; systemctl get-default" % (SYSCTL_FILE, LIMITS_FILE, DAEMON_JSON),
+                   check=False)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def lab_node():
+    if not os.path.isfile(os.path.join(INVENTORY, "hosts.yml")):
+        pytest.skip("the lab is not up (python3 lab/labctl.py up --nodes 2)")
+    probe = subprocess.run(["docker", "exec", CONTAINER, "true"], capture_output=True, check=False)
+    if probe.returncode != 0:
+        pytest.skip("lab node %s is not running" % NODE)
+
+
+@pytest.fixture(name="daemon_json_restored")
+def fixture_daemon_json_restored():
+    original = node_sh("cat %s" % DAEMON_JSON)
+    yield original
+    node_sh("cat > %s <<'EOF'\n%s\nEOF\nsystemctl reset-failed docker; systemctl restart docker" % (DAEMON_JSON, original))
+
+
+def test_bad_inputs_leave_the_node_untouched():
+    before = snapshot()
+    for extra, message in (
+        ({"os_hardening_swappiness": 300}, "outside 0..200"),
+        ({"os_hardening_swappiness": "often"}, "unable to convert to int"),
+        ({"os_hardening_display_managers": ["kdm"]}, "Got no match for: kdm"),
+        # Above the node's hard limit: pam_limits would refuse every login (SSH included); refused up front.
+        ({"os_hardening_memlock": "unlimited"}, "cannot be granted on %s" % NODE),
+    ):
+        proc = play(extra=extra)
+        assert proc.returncode != 0, proc.output
+        assert message in proc.output, proc.output
+        assert changed(proc) == 0, proc.output
+    assert snapshot() == before
+    assert node_sh("su - root -c true; echo ok") == "ok"
+
+
+def test_converge_idempotent_and_check_diff_clean():
+    first = play()
+    assert first.returncode == 0, first.output
+    second = play()
+    assert second.returncode == 0, second.output
+    assert changed(second) == 0, second.output
+    check = play("--check", "--diff")
+    assert check.returncode == 0, check.output
+    assert changed(check) == 0, check.output
+    assert node_sh("systemctl get-default") == "multi-user.target"
+    assert node_sh("stat -c %%a %s %s" % (SYSCTL_FILE, LIMITS_FILE)).split() == ["644", "644"]
+    assert "vm.swappiness = 1" in node_sh("cat %s" % SYSCTL_FILE)
+    # A new PAM session (su -) reads limits.d; the lab's value is the node's hard limit.
+    assert node_sh("su - root -c 'ulimit -S -l; ulimit -H -l'").split() == ["8192", "8192"]
+    # swappiness is reported, not applied (read-only /proc/sys): the role says so.
+    assert "swap " in second.output and "GiB total" in second.output
+
+
+def test_display_managers_stopped_disabled_and_default_target():
+    node_sh("printf '[Unit]\\nDescription=stand-in lightdm (test)\\n[Service]\\nExecStart=/bin/sleep infinity\\n"
+            "[Install]\\nWantedBy=graphical.target\\nAlias=display-manager.service\\n' > /etc/systemd/system/lightdm.service"
+            " && systemctl daemon-reload && systemctl enable --now lightdm.service && systemctl set-default graphical.target")
+    try:
+        check = play("--check", "--diff", tags="os_headless")
+        assert check.returncode == 0 and changed(check) >= 2, check.output
+        assert node_sh("systemctl is-active lightdm", check=False) == "active"
+        proc = play(tags="os_headless")
+        assert proc.returncode == 0, proc.output
+        assert changed(proc) >= 2, proc.output
+        assert node_sh("systemctl is-active lightdm", check=False) == "inactive"
+        assert node_sh("systemctl is-enabled lightdm", check=False) == "disabled"
+        assert node_sh("systemctl get-default") == "multi-user.target"
+        again = play(tags="os_headless")
+        assert changed(again) == 0, again.output
+    finally:
+        node_sh("systemctl disable --now lightdm.service; rm -f /etc/systemd/system/lightdm.service; "
+                "systemctl daemon-reload; systemctl set-default multi-user.target", check=False)
+
+
+def test_graphical_session_warning_reports_rss():
+    node_sh("cp /bin/sleep /usr/local/bin/Xorg && systemd-run --unit=fake-xorg /usr/local/bin/Xorg 600")
+    try:
+        proc = play(tags="os_headless")
+        assert proc.returncode == 0, proc.output
+        assert "WARNING: a graphical session still runs on %s" % NODE in proc.output, proc.output
+        assert "Xorg (pid" in proc.output and "MiB" in proc.output, proc.output
+    finally:
+        node_sh("systemctl stop fake-xorg; rm -f /usr/local/bin/Xorg", check=False)
+    quiet = play(tags="os_headless")
+    assert "WARNING: a graphical session" not in quiet.output
+
+
+TINY_IMAGE = "dgxspark-os-hardening-test:tiny"
+# A one-binary image (dash and its libraries) imported inside the node: no registry needed.
+TINY_IMAGE_SCRIPT = (
+    "set -e; d=$(mktemp -d); mkdir -p $d/bin; cp /bin/dash $d/bin/sh; "
+    "for l in $(ldd /bin/dash | grep -o '/[^ ]*'); do mkdir -p $d$(dirname $l); cp -L $l $d$l; done; "
+    "tar -C $d -c . | docker import - %s >/dev/null; rm -rf $d" % TINY_IMAGE)
+
+
+def test_docker_daemon_json_merged_keeping_other_keys(daemon_json_restored):
+    """Merge with the Docker step on; a container then starts with the memlock limit by default.
+
+    4096 KiB (below the node's 8192 hard limit, which Docker inside the node can apply; -1 it cannot)
+    makes the effect visible: a container gets 4096 only through daemon.json's default-ulimits.
+    """
+    config = json.loads(daemon_json_restored)
+    config["labels"] = ["keep=me"]
+    config["default-ulimits"] = {"nofile": {"Name": "nofile", "Soft": 1024, "Hard": 1024}}
+    node_sh("cat > %s <<'EOF'\n%s\nEOF\nsystemctl reset-failed docker; systemctl restart docker" % (DAEMON_JSON, json.dumps(config)))
+    node_sh(TINY_IMAGE_SCRIPT)
+    try:
+        assert node_sh("docker run --rm --network none %s /bin/sh -c 'ulimit -l'" % TINY_IMAGE) == "8192"
+        extra = {"os_hardening_docker_memlock_ulimit": True, "os_hardening_memlock": 4096}
+        proc = play(extra=extra, tags="os_docker")
+        assert proc.returncode == 0, proc.output
+        assert changed(proc) == 2, proc.output  # the file and the Docker restart (handler)
+        assert "RUNNING HANDLER [dgxspark.cluster.os_hardening : Restart Docker (os_hardening)]" in proc.output
+        merged = json.loads(node_sh("cat %s" % DAEMON_JSON))
+        assert merged["labels"] == ["keep=me"]
+        assert merged["storage-driver"] == config["storage-driver"]
+        assert merged["log-opts"] == config["log-opts"]
+        assert merged["default-ulimits"] == {
+            "nofile": {"Name": "nofile", "Soft": 1024, "Hard": 1024},
+            "memlock": {"Name": "memlock", "Soft": 4096 * 1024, "Hard": 4096 * 1024},
+        }
+        assert node_sh("stat -c %%a %s" % DAEMON_JSON) == "644"
+        assert node_sh("systemctl is-active docker") == "active"
+        assert node_sh("docker run --rm --network none %s /bin/sh -c 'ulimit -S -l; ulimit -H -l'" % TINY_IMAGE).split() == ["4096", "4096"]
+        again = play(extra=extra, tags="os_docker")
+        assert again.returncode == 0 and changed(again) == 0, again.output
+        check = play("--check", "--diff", extra=extra, tags="os_docker")
+        assert check.returncode == 0 and changed(check) == 0, check.output
+    finally:
+        node_sh("docker rmi -f %s" % TINY_IMAGE, check=False)
+
+
+def test_docker_daemon_json_not_json_is_refused(daemon_json_restored):
+    del daemon_json_restored
+    node_sh("printf '{\"storage-driver\": \"vfs\",' > %s" % DAEMON_JSON)
+    proc = play(extra={"os_hardening_docker_memlock_ulimit": True}, tags="os_docker")
+    assert proc.returncode != 0, proc.output
+    assert "is not a valid JSON object" in proc.output, proc.output
+    assert node_sh("cat %s" % DAEMON_JSON) == '{"storage-driver": "vfs",'
+
+
+def test_docker_step_off_leaves_daemon_json_alone(daemon_json_restored):
+    proc = play(tags="os_docker")
+    assert proc.returncode == 0 and changed(proc) == 0, proc.output
+    assert node_sh("cat %s" % DAEMON_JSON) == daemon_json_restored
+
+
+def test_drop_caches_unsupported_says_so_and_changes_nothing():
+    proc = play(tags="drop_caches")
+    assert proc.returncode == 0, proc.output
+    assert "drop_caches skipped on %s" % NODE in proc.output, proc.output
+    assert changed(proc) == 0
+
+
+def test_drop_caches_is_not_faked_where_it_cannot_work():
+    """With the lab's read-only /proc/sys, claiming support makes the step fail, not pretend."""
+    proc = play(extra={"os_hardening_drop_caches_supported": True}, tags="drop_caches")
+    assert proc.returncode != 0, proc.output
+    assert "vm.drop_caches" in proc.output
