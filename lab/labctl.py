@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """labctl: the virtual DGX Spark lab of dgxspark.cluster.
 
-    labctl.py up [--nodes N] [--rate 1gbit|none] [--model-profile NAME]   build (if needed) and start N nodes (2..8)
+    labctl.py up [--nodes N] [--rate 1gbit|none] [--model-profile NAME] [--serving]
+                                                 build (if needed) and start N nodes (2..8); --serving: see `serving`
     labctl.py down [--purge]                     remove nodes, fabric, network (--purge: images, state too)
     labctl.py status [--json]
     labctl.py rail NODE RAIL down|up             pull / plug a rail's cable (RAIL: 1, 2, rail1, rail2)
@@ -10,6 +11,7 @@
     labctl.py reset NODE...                      recreate nodes from the image (undo changes made inside them)
     labctl.py driver NODE VERSION                driver version the node's nvidia-smi stand-in reports
     labctl.py load-image IMAGE [NODE...]         copy a host image into the nodes' Docker (docker save | load)
+    labctl.py serving [NODE...]                  build the serving image (if needed), load it + the lab model dir into nodes
     labctl.py build                              build the node image only
     labctl.py inventory [--nodes N]              print the hosts.yml for N nodes
 
@@ -37,6 +39,7 @@ import time
 LAB_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_DIR = os.path.dirname(LAB_DIR)
 NODE_DIR = os.path.join(LAB_DIR, "node")
+SERVING_DIR = os.path.join(LAB_DIR, "serving")
 STATE_DIR = os.environ.get("DGXSPARK_LAB_STATE", os.path.join(LAB_DIR, "state"))
 CACHE_DIR = os.environ.get("DGXSPARK_LAB_CACHE", os.path.join(REPO_DIR, ".cache", "lab"))
 STATIC_INVENTORY_DIR = os.path.join(REPO_DIR, "inventories", "lab")
@@ -50,6 +53,15 @@ DEFAULT_MIRROR = "http://deb.debian.org/debian"
 BASE_REPO = "dgxspark-lab/node-base"
 NODE_REPO = "dgxspark-lab/node"
 BUILD_FORMAT = "2"  # bump to force a rebuild when the build procedure itself changes
+
+# Serving image (LAB STAND-IN for vLLM on real Ray, lab/serving/README.md): its own debootstrap rootfs.
+SERVING_REPO = "dgxspark-lab/serving"
+SERVING_BUILD_FORMAT = "3"
+SERVING_PACKAGES = ("python3", "python3-venv", "iproute2", "procps", "ca-certificates", "python-is-python3")
+SERVING_MODELS_DIR = "/var/lib/dgxspark-lab/models"  # in each node; containers mount it (e.g. at /models)
+SERVING_MODEL_NAME = "qwen3-standin"
+SERVING_MODEL_SHARDS, SERVING_MODEL_SHARD_MIB = 4, 1.0
+SERVING_MODEL_MARKER = ".dgxspark-lab-model"  # holds the model's content hash
 
 LABEL = "dgxspark.lab"
 CONTAINER_PREFIX = "dgxspark-lab-"
@@ -263,6 +275,37 @@ def node_hash_parts(base_tag, node_dir=NODE_DIR):
         parts.append(("Dockerfile", False, handle.read()))
     parts += [("rootfs/" + rel, x, data) for rel, x, data in tree_entries(os.path.join(node_dir, "rootfs"))]
     return parts
+
+
+def is_serving_test_path(rel):
+    """Test files under lab/serving/ are not image inputs (tests/, test_*.py, *_test.py, caches)."""
+    parts = rel.replace(os.sep, "/").split("/")
+    name = parts[-1]
+    return (any(p in ("tests", "test", "__pycache__", ".pytest_cache") for p in parts[:-1])
+            or name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py")
+
+
+def serving_hash_parts(mirror, serving_dir=SERVING_DIR):
+    """Inputs of the serving image: build format, mirror, suite, packages, every file of lab/serving/ but tests."""
+    parts = [("format", False, SERVING_BUILD_FORMAT.encode()), ("mirror", False, mirror.encode()),
+             ("suite", False, SUITE.encode()), ("packages", False, ",".join(SERVING_PACKAGES).encode())]
+    parts += [("serving/" + rel, x, data) for rel, x, data in tree_entries(serving_dir)
+              if not is_serving_test_path(rel)]
+    return parts
+
+
+def serving_tag(mirror, serving_dir=SERVING_DIR):
+    return "%s:%s" % (SERVING_REPO, content_hash(serving_hash_parts(mirror, serving_dir)))
+
+
+def serving_model_hash(serving_dir=SERVING_DIR, name=SERVING_MODEL_NAME, shards=SERVING_MODEL_SHARDS,
+                       shard_mib=SERVING_MODEL_SHARD_MIB):
+    """Content hash of the lab-made model directory: its generator, the safetensors writer, the parameters."""
+    parts = [("params", False, json.dumps([name, shards, shard_mib]).encode())]
+    for rel in ("make_model_dir.py", os.path.join("dgxspark_vllm_standin", "safetensors_io.py")):
+        with open(os.path.join(serving_dir, rel), "rb") as handle:
+            parts.append((rel, False, handle.read()))
+    return content_hash(parts)
 
 
 def render_hosts_yml(count, header=None):
@@ -504,6 +547,208 @@ def prune_images(node_tag):
     remove_stale_images(NODE_REPO, node_tag)
     _mirror, base, _node = image_tags()
     remove_stale_images(BASE_REPO, base)
+
+
+# =========================================================================== serving image
+
+def debootstrap_rootfs(rootfs, packages, mirror):
+    """debootstrap --variant=minbase of SUITE into rootfs with the lab's .deb cache (one retry)."""
+    os.makedirs(os.path.join(CACHE_DIR, "debs"), exist_ok=True)
+    if os.path.exists(rootfs):
+        shutil.rmtree(rootfs)
+    for attempt in (1, 2):  # a mirror hiccup ("Couldn't find these debs") gets one retry
+        proc = subprocess.run(["debootstrap", "--variant=minbase", "--include=" + ",".join(packages),
+                               "--cache-dir=" + os.path.join(CACHE_DIR, "debs"), SUITE, rootfs, mirror],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
+        if proc.returncode == 0:
+            return
+        tail = "\n".join(proc.stdout.decode(errors="replace").splitlines()[-25:])
+        if attempt == 2:
+            raise LabError("debootstrap of %s from %s failed twice:\n%s" % (SUITE, mirror, tail))
+        log("debootstrap failed, retrying once:\n%s" % tail[-2000:])
+        shutil.rmtree(rootfs, ignore_errors=True)
+
+
+def serving_rootfs_key(mirror):
+    """Cache key of the serving image's debootstrap rootfs (mirror, suite, packages, build format)."""
+    return content_hash([("format", False, SERVING_BUILD_FORMAT.encode()), ("mirror", False, mirror.encode()),
+                         ("suite", False, SUITE.encode()), ("packages", False, ",".join(SERVING_PACKAGES).encode())])
+
+
+def slim_rootfs(rootfs):
+    """As container images are: no apt lists/caches, docs, man pages, locales (about 150 MB less to copy
+    into every node's vfs Docker)."""
+    for rel in ("var/lib/apt/lists", "var/cache/apt", "usr/share/doc", "usr/share/man", "usr/share/locale",
+                "usr/share/info", "var/log"):
+        path = os.path.join(rootfs, rel)
+        if not os.path.isdir(path):
+            continue
+        for entry in os.listdir(path):
+            full = os.path.join(path, entry)
+            if os.path.isdir(full) and not os.path.islink(full):
+                shutil.rmtree(full)
+            else:
+                os.unlink(full)
+
+
+def serving_rootfs(mirror, rootfs):
+    """Fill `rootfs` with the slimmed debootstrap (minbase + SERVING_PACKAGES), kept as a tarball in the
+    cache so that a change under lab/serving/ only re-runs build_image.sh."""
+    cached = os.path.join(CACHE_DIR, "serving-rootfs-%s.tar" % serving_rootfs_key(mirror))
+    if not os.path.exists(cached):
+        started = time.time()
+        log("debootstrap %s from %s for the serving image (cache %s)" % (SUITE, mirror, os.path.join(CACHE_DIR, "debs")))
+        debootstrap_rootfs(rootfs, SERVING_PACKAGES, mirror)
+        slim_rootfs(rootfs)
+        for old in os.listdir(CACHE_DIR):
+            if old.startswith("serving-rootfs-") and old.endswith(".tar"):
+                os.unlink(os.path.join(CACHE_DIR, old))
+        run(["tar", "--numeric-owner", "-C", rootfs, "-cf", cached + ".tmp", "."])
+        os.replace(cached + ".tmp", cached)
+        log("serving rootfs debootstrapped in %.0f s (kept as %s)" % (time.time() - started, cached))
+        return
+    if os.path.exists(rootfs):
+        shutil.rmtree(rootfs)
+    os.makedirs(rootfs)
+    run(["tar", "--numeric-owner", "-C", rootfs, "-xf", cached])
+
+
+def build_serving(mirror, tag):
+    """Serving rootfs (bookworm minbase + python3...) -> lab/serving/build_image.sh -> docker import."""
+    rootfs = os.path.join(CACHE_DIR, "serving-build-" + tag.split(":")[1])
+    started = time.time()
+    log("building the serving image %s" % tag)
+    try:
+        serving_rootfs(mirror, rootfs)
+        log("installing the stand-in (lab/serving/build_image.sh)")
+        proc = subprocess.run(["bash", os.path.join(SERVING_DIR, "build_image.sh"), rootfs, tag],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
+        if proc.returncode != 0:
+            raise LabError("lab/serving/build_image.sh failed:\n%s" % "\n".join(
+                proc.stdout.decode(errors="replace").splitlines()[-30:]))
+    finally:
+        shutil.rmtree(rootfs, ignore_errors=True)
+    log("serving image %s built in %.0f s" % (tag, time.time() - started))
+
+
+def ensure_serving_image():
+    """The serving image's tag; built (never pulled) only when lab/serving/ changed."""
+    mirror = detect_mirror()
+    tag = serving_tag(mirror)
+    if not image_exists(tag):
+        build_serving(mirror, tag)
+        remove_stale_images(SERVING_REPO, tag)
+    return tag
+
+
+def node_exec(node, *args, check=False, input_data=None, timeout=None):
+    flags = ["-i"] if input_data is not None else []
+    return docker("exec", *flags, container_name(node), *args, check=check, input_data=input_data, timeout=timeout)
+
+
+def node_has_image(node, tag):
+    return node_exec(node, "docker", "image", "inspect", "-f", "{{.Id}}", tag).returncode == 0
+
+
+def serving_model_path():
+    return "%s/%s" % (SERVING_MODELS_DIR, SERVING_MODEL_NAME)
+
+
+def node_has_model(node, model_hash):
+    proc = node_exec(node, "cat", "%s/%s" % (serving_model_path(), SERVING_MODEL_MARKER))
+    return proc.returncode == 0 and out(proc) == model_hash
+
+
+def serving_model_tar(model_hash):
+    """tar of <name>/ (made by lab/serving/make_model_dir.py on the host, cached by content hash)."""
+    cached = os.path.join(CACHE_DIR, "serving-model-%s.tar" % model_hash)
+    if not os.path.exists(cached):
+        tmp = os.path.join(CACHE_DIR, "serving-model-%s.tmp" % model_hash)
+        shutil.rmtree(tmp, ignore_errors=True)
+        target = os.path.join(tmp, SERVING_MODEL_NAME)
+        run([sys.executable, os.path.join(SERVING_DIR, "make_model_dir.py"), target, "--shards",
+             str(SERVING_MODEL_SHARDS), "--shard-mib", str(SERVING_MODEL_SHARD_MIB)])
+        with open(os.path.join(target, SERVING_MODEL_MARKER), "w") as handle:
+            handle.write(model_hash + "\n")
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            tar.add(target, arcname=SERVING_MODEL_NAME,
+                    filter=lambda info: setattr(info, "uid", 0) or setattr(info, "gid", 0)
+                    or setattr(info, "uname", "root") or setattr(info, "gname", "root") or info)
+        shutil.rmtree(tmp, ignore_errors=True)
+        for old in os.listdir(CACHE_DIR):
+            if old.startswith("serving-model-") and old.endswith(".tar"):
+                os.unlink(os.path.join(CACHE_DIR, old))
+        with open(cached + ".tmp", "wb") as handle:
+            handle.write(buf.getvalue())
+        os.replace(cached + ".tmp", cached)
+    with open(cached, "rb") as handle:
+        return handle.read()
+
+
+def install_serving_model(node, model_hash):
+    if node_has_model(node, model_hash):
+        return False
+    path = serving_model_path()
+    node_exec(node, "sh", "-c", "rm -rf '%s' && mkdir -p '%s'" % (path, SERVING_MODELS_DIR), check=True)
+    docker("cp", "-", "%s:%s" % (container_name(node), SERVING_MODELS_DIR), input_data=serving_model_tar(model_hash))
+    return True
+
+
+def load_serving_into_node(node, tag):
+    """docker save | docker load into the node's (vfs) Docker where the tag is missing; older serving tags removed."""
+    result = {"node": node, "image": "present", "model": "present", "load_s": None}
+    if not node_has_image(node, tag):
+        started = time.time()
+        save = subprocess.Popen([docker_bin(), "save", tag], stdout=subprocess.PIPE)
+        load = subprocess.run([docker_bin(), "exec", "-i", container_name(node), "docker", "load", "-q"],
+                              stdin=save.stdout, stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
+        save.stdout.close()
+        save.wait()
+        if load.returncode != 0 or save.returncode != 0:
+            raise LabError("loading %s into %s failed: %s" % (tag, node, load.stderr.decode(errors="replace")))
+        result["image"], result["load_s"] = "loaded", round(time.time() - started, 1)
+        for line in out(node_exec(node, "docker", "images", "--format", "{{.Repository}}:{{.Tag}}",
+                                  SERVING_REPO)).splitlines():
+            if line and line != tag:
+                node_exec(node, "docker", "rmi", line)  # fails (kept) while a container uses it
+    if install_serving_model(node, serving_model_hash()):
+        result["model"] = "written"
+    return result
+
+
+def provide_serving(nodes, tag):
+    """Load the serving image + the lab model directory into `nodes` (in parallel); log what was done."""
+    results, errors = {}, {}
+
+    def worker(node):
+        try:
+            results[node] = load_serving_into_node(node, tag)
+        except LabError as exc:
+            errors[node] = str(exc)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in nodes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for node in nodes:
+        if node in results:
+            r = results[node]
+            log("%s: serving image %s%s; model %s %s" % (
+                node, r["image"], " in %.1f s" % r["load_s"] if r["load_s"] is not None else "",
+                serving_model_path(), r["model"]))
+    if errors:
+        raise LabError("; ".join("%s: %s" % item for item in sorted(errors.items())))
+    return results
+
+
+def record_serving_image(tag):
+    with state_lock():
+        state = load_state()
+        if state is not None:
+            state["serving_image"] = tag
+            save_state(state)
 
 
 # =========================================================================== ssh material
@@ -832,6 +1077,8 @@ def cmd_up(args):
         rate = parse_rate(args.rate) if args.rate is not None else previous.get("rate")
         state = default_state(count, rate)  # `up` heals faults: every rail plugged, every node attached
         state["model_profile"] = args.model_profile or previous.get("model_profile")
+        if previous.get("serving_image"):
+            state["serving_image"] = previous["serving_image"]
         image = ensure_images()
         state["image"] = image
         nodes = node_names(count)
@@ -882,6 +1129,10 @@ def cmd_up(args):
             bad = bad or not ssh_ok or sysstate not in ("running", "degraded")
             log("%s: system %s, ssh %s; failed units: %s" % (
                 node, sysstate, "ok" if ssh_ok else "NOT reachable", failed.replace("\n", "; ") or "none"))
+    if args.serving and not bad:
+        tag = ensure_serving_image()
+        record_serving_image(tag)
+        provide_serving(nodes, tag)
     log("lab up: %d nodes in %.1f s; inventory %s; ssh -F %s spark-alpha" % (
         count, time.time() - started, os.path.join(STATE_DIR, "inventory"), os.path.join(ssh_dir(), "config")))
     return 1 if bad else 0
@@ -912,6 +1163,7 @@ def cmd_down(args):
         if docker_available():
             remove_stale_images(NODE_REPO, None)
             remove_stale_images(BASE_REPO, None)
+            remove_stale_images(SERVING_REPO, None)
         shutil.rmtree(STATE_DIR, ignore_errors=True)
     log("lab down")
     return 0
@@ -947,6 +1199,9 @@ def node_status(node, index, state):
             entry["fault"] = "detached" if faults.get("detached") else ("cable pulled" if faults.get("rail%d" % rail) == "down" else None)
         row["fabric"][netdev] = entry
     row["driver"] = out(docker("exec", container_name(node), "cat", "/etc/dgxspark-lab/driver-version", check=False))
+    if state and state.get("serving_image"):
+        row["serving"] = {"image": node_has_image(node, state["serving_image"]),
+                          "model": serving_model_path() if node_has_model(node, serving_model_hash()) else None}
     return row
 
 
@@ -960,17 +1215,24 @@ def cmd_status(args):
         rows = [node_status(n, i, state or {}) for i, n in enumerate(NODE_NAMES)
                 if i < count or n in existing]
     if args.json:
-        print(json.dumps({"state": state, "nodes": rows}, indent=2))
+        print(json.dumps({"state": state, "serving_image": (state or {}).get("serving_image"), "nodes": rows},
+                         indent=2))
         return 0
     if not rows:
         print("lab is down (no nodes); `python3 lab/labctl.py up` starts it")
         return 0
-    print("lab: %d nodes, image %s, rate %s" % (count, (state or {}).get("image"), (state or {}).get("rate") or "unlimited"))
+    print("lab: %d nodes, image %s, rate %s, serving image %s" % (
+        count, (state or {}).get("image"), (state or {}).get("rate") or "unlimited",
+        (state or {}).get("serving_image") or "none (`labctl.py serving`)"))
     for row in rows:
         fabric = " ".join("%s=%s%s" % (netdev, e.get("operstate", "absent"), "(%s)" % e["fault"] if e.get("fault") else "")
                           for netdev, e in row.get("fabric", {}).items())
-        print("%-14s %-15s %-8s %-9s driver=%-10s %s" % (
-            row["node"], row["mgmt_ip"], row["container"], row.get("system", "-"), row.get("driver", "-"), fabric))
+        serving = ""
+        if "serving" in row:
+            serving = " serving=%s" % ("+".join(k for k in ("image", "model") if row["serving"][k]) or "missing")
+        print("%-14s %-15s %-8s %-9s driver=%-10s %s%s" % (
+            row["node"], row["mgmt_ip"], row["container"], row.get("system", "-"), row.get("driver", "-"), fabric,
+            serving))
     return 0
 
 
@@ -1023,6 +1285,10 @@ def cmd_reset(args):
             raise LabError("the lab is not up; run `labctl.py up` first")
         for node in args.node:
             require_state(node)
+        # The serving image and model directory are lab-provided (like keys and faults): a node that had
+        # them gets them back after the reset (the node's Docker volume is recreated empty).
+        serving = state.get("serving_image")
+        reload_serving = [n for n in args.node if serving and inspect_container(n) and node_has_image(n, serving)]
         for node in args.node:
             log("resetting %s" % node)
             remove_node(node)
@@ -1035,6 +1301,8 @@ def cmd_reset(args):
         sysstate, ssh_ok, failed = results[node]
         ok = ok and ssh_ok and sysstate == "running"
         log("%s reset: system %s, ssh %s %s" % (node, sysstate, "ok" if ssh_ok else "NOT reachable", failed))
+    if reload_serving and image_exists(serving):
+        provide_serving(reload_serving, serving)
     return 0 if ok else 1
 
 
@@ -1078,6 +1346,23 @@ def cmd_load_image(args):
     return 0
 
 
+def cmd_serving(args):
+    """Build the serving image if its inputs changed, load it (and the lab model directory) into nodes."""
+    state = load_state()
+    if not state:
+        raise LabError("the lab is not up; run `labctl.py up` first")
+    nodes = args.node or node_names(state["nodes"])
+    for node in nodes:
+        require_state(node)
+        container_pid(node)
+    ensure_docker()
+    tag = ensure_serving_image()
+    record_serving_image(tag)
+    provide_serving(nodes, tag)
+    print(tag)
+    return 0
+
+
 def cmd_inventory(args):
     sys.stdout.write(render_hosts_yml(args.nodes))
     return 0
@@ -1090,6 +1375,8 @@ def main(argv=None):
     p.add_argument("-n", "--nodes", type=int, default=int(os.environ.get("DGXSPARK_LAB_NODES", DEFAULT_NODES)))
     p.add_argument("--rate", default=None, help="per-port rate limit (tc tbf), e.g. 1gbit; 'none' removes it")
     p.add_argument("--model-profile", default=None, help="dgxspark_model_profile for the live inventory")
+    p.add_argument("--serving", action="store_true",
+                   help="also build (if needed) and load the serving image + lab model directory into every node")
     p.set_defaults(func=cmd_up)
     p = sub.add_parser("down", help="remove nodes, fabric, network")
     p.add_argument("--purge", action="store_true", help="also remove images and lab/state (keys)")
@@ -1122,6 +1409,9 @@ def main(argv=None):
     p.add_argument("image")
     p.add_argument("node", nargs="*", help="nodes (default: all)")
     p.set_defaults(func=cmd_load_image)
+    p = sub.add_parser("serving", help="build the serving image if needed; load it and the lab model dir into nodes")
+    p.add_argument("node", nargs="*", help="nodes (default: all)")
+    p.set_defaults(func=cmd_serving)
     p = sub.add_parser("build")
     p.set_defaults(func=cmd_build)
     p = sub.add_parser("inventory")

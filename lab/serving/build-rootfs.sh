@@ -36,9 +36,13 @@ case "$arch" in
     aarch64) platforms=(--platform manylinux2014_aarch64 --platform manylinux_2_17_aarch64 --platform manylinux_2_28_aarch64) ;;
     *) echo "build-rootfs.sh: unsupported machine $arch" >&2; exit 1 ;;
 esac
-python3 -m pip download --quiet --disable-pip-version-check "${pip_cert[@]}" --dest "$wheels" \
-    --only-binary=:all: --python-version "$pyver" --implementation cp "${platforms[@]}" \
-    -r "$here/requirements.lock"
+# The cache alone first (no index traffic when every pinned wheel is already there), then the index.
+pip_dl=(python3 -m pip download --quiet --disable-pip-version-check --dest "$wheels"
+        --only-binary=:all: --python-version "$pyver" --implementation cp "${platforms[@]}"
+        -r "$here/requirements.lock")
+if ! "${pip_dl[@]}" --no-index --find-links "$wheels" >/dev/null 2>&1; then
+    "${pip_dl[@]}" "${pip_cert[@]}"
+fi
 
 # 2. venv inside the rootfs, offline install (resolv/proc are not needed)
 stage="$rootfs/tmp/serving-wheels"

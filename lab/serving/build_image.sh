@@ -5,7 +5,8 @@
 #
 # Installs the serving content into ROOTFS_DIR (build-rootfs.sh, in place) and imports it:
 #   tar -C ROOTFS_DIR -c . | docker import - IMAGE_TAG
-# Docker must be running (lab/ensure-docker.sh starts it).
+# Docker must be running (lab/ensure-docker.sh starts it). PATH starts with the venv, so `python3` in a
+# container imports ray (as `python3 -c 'import vllm'` works in a real vLLM image).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -22,7 +23,7 @@ if ! docker info >/dev/null 2>&1; then
     fi
 fi
 tar --numeric-owner -C "$rootfs" -c . | docker import \
-    --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+    --change 'ENV PATH=/opt/vllm-standin/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
     --change 'LABEL org.dgxspark.lab.role=serving-standin' \
     --message "dgxspark lab serving image (LAB STAND-IN for vLLM)" - "$tag"
 echo "build_image.sh: imported $tag"

@@ -8,6 +8,11 @@ Hooks for other lab tests (e.g. a 2-node Ray test in the serving image):
   - `lab`               -> LabInfo: node names, mgmt IPs, ssh config path, labctl runner
   - `lab_host(name)`    -> a testinfra host (ssh backend, the lab's key and known_hosts)
   - `fabric_addresses`  -> temporary rail addresses + MTU 9000 on two nodes, removed afterwards
+  - `serving_nodes`     -> the two nodes of the serving tests, head first (the cluster layout: the
+                           inventory's head and first worker; DGXSPARK_LAB_SERVING_NODES=a,b overrides)
+  - `serving_image`     -> `labctl serving` on those nodes (builds if needed, loads where missing): the tag
+  - `cluster_rail1`     -> context manager factory: the collection's rail-1 address of each node
+                           (192.168.100.10 + node index) + MTU 9000 by hand, undone afterwards
 """
 
 import contextlib
@@ -15,6 +20,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -94,3 +100,53 @@ def fabric_addresses(lab):
         for node, ip in addrs.items():
             stack.enter_context(temporary_address(lab.host(node), "enp1s0f1np1", ip + "/24", mtu=9000))
         yield addrs
+
+
+@pytest.fixture(scope="session")
+def serving_nodes(lab):
+    """(head, worker) for the serving tests: the inventory's head and first worker unless overridden."""
+    names = [n.strip() for n in os.environ.get("DGXSPARK_LAB_SERVING_NODES", "").split(",") if n.strip()]
+    names = names or lab.nodes[:2]
+    if len(names) != 2 or len(set(names)) != 2 or any(n not in lab.nodes for n in names):
+        pytest.fail("DGXSPARK_LAB_SERVING_NODES must name two different nodes of the running lab %s, got %r"
+                    % (lab.nodes, names))
+    return tuple(names)
+
+
+@pytest.fixture(scope="session")
+def serving_image(lab, serving_nodes):
+    """`labctl serving NODE NODE`: the serving image (built if lab/serving/ changed) and the lab model dir
+    in both nodes' Docker; returns {"tag": ..., "seconds": ..., "log": ...}."""
+    started = time.time()
+    proc = lab.labctl("serving", *serving_nodes)
+    lines = proc.stdout.strip().splitlines()
+    tags = [line for line in lines if line.startswith(labctl.SERVING_REPO + ":")]
+    assert tags, proc.stdout
+    return {"tag": tags[-1], "seconds": round(time.time() - started, 1), "log": proc.stdout}
+
+
+@pytest.fixture(scope="session")
+def cluster_rail1(lab):
+    """Factory: `with cluster_rail1(nodes) as addrs:` -> {node: rail-1 IPv4} with MTU 9000.
+
+    The address is the one the collection computes for the node in the lab's inventory (subnet + offset +
+    node index), so it never clashes with a network role run on the same node; an address already
+    present is used as is and left in place. The MTU is restored on exit."""
+
+    @contextlib.contextmanager
+    def factory(nodes, mtu=9000):
+        netdev = labctl.FABRIC[0][1]
+        addrs = {n: labctl.rail_address(1, labctl.node_index(n)) for n in nodes}
+        with contextlib.ExitStack() as stack:
+            for node, ip in addrs.items():
+                host = lab.host(node)
+                have = host.check_output("ip -4 -o addr show dev %s" % netdev)
+                if (" %s/" % ip) in have:
+                    old_mtu = host.check_output("cat /sys/class/net/%s/mtu" % netdev)
+                    host.run_expect([0], "ip link set %s mtu %d" % (netdev, mtu))
+                    stack.callback(host.run, "ip link set %s mtu %s" % (netdev, old_mtu))
+                else:
+                    stack.enter_context(temporary_address(host, netdev, ip + "/24", mtu=mtu))
+            yield addrs
+
+    return factory

@@ -335,3 +335,119 @@ def test_render_mgmt_netplan():
     eth0 = data["network"]["ethernets"]["eth0"]
     assert eth0["addresses"] == ["172.31.240.11/24"] and eth0["critical"] is True
     assert eth0["routes"] == [{"to": "default", "via": "172.31.240.1"}]
+
+
+# ----------------------------------------------------------------------------- serving image (hash inputs)
+
+def _serving_tree(root):
+    (root / "dgxspark_vllm_standin").mkdir(parents=True)
+    (root / "bin").mkdir()
+    (root / "dgxspark_vllm_standin" / "main.py").write_text("print(1)\n")
+    (root / "dgxspark_vllm_standin" / "safetensors_io.py").write_text("# io\n")
+    (root / "make_model_dir.py").write_text("# maker\n")
+    (root / "bin" / "vllm").write_text("#!/bin/sh\n")
+    (root / "requirements.lock").write_text("ray==2.60.0\n")
+    return root
+
+
+@pytest.mark.parametrize("rel, is_test", [
+    ("tests/test_x.py", True), ("dgxspark_vllm_standin/tests/fixture.json", True), ("test_flags.py", True),
+    ("flags_test.py", True), ("conftest.py", True), ("dgxspark_vllm_standin/__pycache__/m.cpython-311.pyc", True),
+    ("dgxspark_vllm_standin/main.py", False), ("vllm_flags/0.33.0.json", False), ("bin/vllm", False),
+    ("build_image.sh", False), ("make_model_dir.py", False), ("latest.py", False),
+])
+def test_serving_test_paths_are_not_inputs(rel, is_test):
+    assert labctl.is_serving_test_path(rel) is is_test
+
+
+def test_serving_hash_parts_are_the_serving_tree_without_tests(tmp_path):
+    root = _serving_tree(tmp_path / "serving")
+    (root / "tests").mkdir()
+    (root / "tests" / "test_a.py").write_text("def test(): pass\n")
+    (root / "dgxspark_vllm_standin" / "__pycache__").mkdir()
+    (root / "dgxspark_vllm_standin" / "__pycache__" / "main.cpython-311.pyc").write_bytes(b"\0")
+    parts = labctl.serving_hash_parts("http://deb.debian.org/debian", str(root))
+    names = [name for name, _x, _d in parts]
+    assert names[:4] == ["format", "mirror", "suite", "packages"]
+    assert names[4:] == ["serving/bin/vllm", "serving/dgxspark_vllm_standin/main.py",
+                         "serving/dgxspark_vllm_standin/safetensors_io.py", "serving/make_model_dir.py",
+                         "serving/requirements.lock"]
+    packages = dict((n, d) for n, _x, d in parts)["packages"].decode().split(",")
+    assert packages == ["python3", "python3-venv", "iproute2", "procps", "ca-certificates", "python-is-python3"]
+
+
+def test_serving_tag_changes_only_with_its_inputs(tmp_path):
+    root = _serving_tree(tmp_path / "serving")
+    mirror = "http://deb.debian.org/debian"
+    first = labctl.serving_tag(mirror, str(root))
+    assert first.startswith("dgxspark-lab/serving:") and len(first.split(":")[1]) == 12
+    assert labctl.serving_tag(mirror, str(root)) == first
+    (root / "tests").mkdir()
+    (root / "tests" / "test_new.py").write_text("x = 1\n")  # a test is not an input
+    (root / "dgxspark_vllm_standin" / "__pycache__").mkdir()
+    (root / "dgxspark_vllm_standin" / "__pycache__" / "x.pyc").write_bytes(b"1")
+    assert labctl.serving_tag(mirror, str(root)) == first
+    assert labctl.serving_tag("http://mirror.example/debian", str(root)) != first
+    (root / "bin" / "vllm").chmod(0o755)  # the executable bit is content
+    second = labctl.serving_tag(mirror, str(root))
+    assert second != first
+    (root / "dgxspark_vllm_standin" / "main.py").write_text("print(2)\n")
+    assert labctl.serving_tag(mirror, str(root)) not in (first, second)
+
+
+def test_serving_rootfs_key_ignores_the_stand_in_code():
+    # the cached debootstrap depends on mirror/suite/packages only: a stand-in change re-runs build_image.sh alone
+    assert labctl.serving_rootfs_key("http://a/debian") == labctl.serving_rootfs_key("http://a/debian")
+    assert labctl.serving_rootfs_key("http://a/debian") != labctl.serving_rootfs_key("http://b/debian")
+
+
+def test_serving_model_hash_follows_generator_and_parameters(tmp_path):
+    root = _serving_tree(tmp_path / "serving")
+    first = labctl.serving_model_hash(str(root))
+    assert first == labctl.serving_model_hash(str(root))
+    assert labctl.serving_model_hash(str(root), shards=2) != first
+    assert labctl.serving_model_hash(str(root), name="other") != first
+    (root / "dgxspark_vllm_standin" / "main.py").write_text("print(3)\n")  # not used by the model maker
+    assert labctl.serving_model_hash(str(root)) == first
+    (root / "dgxspark_vllm_standin" / "safetensors_io.py").write_text("# io v2\n")
+    assert labctl.serving_model_hash(str(root)) != first
+
+
+def test_serving_tag_of_the_repository_covers_every_image_input():
+    parts = labctl.serving_hash_parts("http://deb.debian.org/debian")
+    names = {name for name, _x, _d in parts}
+    for rel in ("serving/build-rootfs.sh", "serving/build_image.sh", "serving/bin/vllm", "serving/requirements.lock",
+                "serving/make_model_dir.py", "serving/dgxspark_vllm_standin/main.py", "serving/vllm_flags/0.33.0.json"):
+        assert rel in names
+    assert not any(labctl.is_serving_test_path(n[len("serving/"):]) for n in names if n.startswith("serving/"))
+
+
+def test_slim_rootfs_empties_caches_and_docs_only(tmp_path):
+    for rel in ("var/lib/apt/lists/deb.debian.org_Packages", "var/cache/apt/archives/partial/x.deb",
+                "usr/share/doc/python3/copyright", "usr/share/locale/de/LC_MESSAGES/x.mo", "var/log/dpkg.log",
+                "usr/bin/python3", "usr/share/python3/debian_defaults", "etc/ssl/certs/ca-certificates.crt"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("x")
+    labctl.slim_rootfs(str(tmp_path))
+    for rel in ("var/lib/apt/lists", "var/cache/apt", "usr/share/doc", "usr/share/locale", "var/log"):
+        assert (tmp_path / rel).is_dir() and not list((tmp_path / rel).iterdir()), rel
+    for rel in ("usr/bin/python3", "usr/share/python3/debian_defaults", "etc/ssl/certs/ca-certificates.crt"):
+        assert (tmp_path / rel).is_file(), rel
+
+
+def test_serving_model_tar_is_the_lab_model_dir(tmp_path, monkeypatch):
+    import tarfile
+    monkeypatch.setattr(labctl, "CACHE_DIR", str(tmp_path))
+    model_hash = labctl.serving_model_hash()
+    data = labctl.serving_model_tar(model_hash)
+    assert data == labctl.serving_model_tar(model_hash)  # cached by content hash
+    assert [p.name for p in tmp_path.iterdir()] == ["serving-model-%s.tar" % model_hash]
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+        marker = tar.extractfile(members["qwen3-standin/.dgxspark-lab-model"]).read().decode().strip()
+    assert marker == model_hash
+    shards = sorted(n for n in members if n.endswith(".safetensors"))
+    assert shards == ["qwen3-standin/model-%05d-of-00004.safetensors" % i for i in range(1, 5)]
+    assert all(0.5 * 2 ** 20 < members[s].size < 1.5 * 2 ** 20 for s in shards)
+    assert {"qwen3-standin/config.json", "qwen3-standin/model.safetensors.index.json"} <= set(members)
+    assert all(m.uid == 0 and m.gid == 0 for m in members.values())
