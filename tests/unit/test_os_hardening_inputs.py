@@ -60,7 +60,11 @@ BAD_INPUTS = [
 ]
 
 
-@pytest.mark.parametrize("extra_vars,expected", [(v, e) for _, v, e in BAD_INPUTS], ids=[i for i, _, _ in BAD_INPUTS])
+@pytest.mark.parametrize(
+    "extra_vars,expected",
+    [(case[1], case[2]) for case in BAD_INPUTS],
+    ids=[case[0] for case in BAD_INPUTS],
+)
 def test_bad_input_fails_before_any_change(tmp_path, extra_vars, expected):
     proc = run_os_playbook(tmp_path, extra_vars)
     out = proc.stdout + proc.stderr
