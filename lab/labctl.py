@@ -923,11 +923,25 @@ def in_node_netns(pid, *args, check=True):
     return run(["nsenter", "-t", str(pid), "-n"] + list(args), check=check)
 
 
+def node_keys_id(node):
+    """Fingerprint of the SSH keys this state dir seeds into the node (its host key and our client key).
+
+    A container seeded from another state dir (another checkout's lab) cannot be reached with ours: `up`
+    recreates it instead of starting it.
+    """
+    digest = hashlib.sha256()
+    for path in (os.path.join(ssh_dir(), "hostkeys", node, "ssh_host_ed25519_key.pub"),
+                 os.path.join(ssh_dir(), "id_ed25519.pub")):
+        with open(path, "rb") as handle:
+            digest.update(handle.read())
+    return digest.hexdigest()[:16]
+
+
 def create_node(node, index, image):
     name = container_name(node)
     args = ["create", "--name", name, "--hostname", node,
             "--label", "%s=1" % LABEL, "--label", "%s.node=%s" % (LABEL, node),
-            "--label", "%s.index=%d" % (LABEL, index),
+            "--label", "%s.index=%d" % (LABEL, index), "--label", "%s.keys=%s" % (LABEL, node_keys_id(node)),
             "--network", MGMT_NETWORK, "--ip", mgmt_ip(index), "--network-alias", node,
             "--security-opt", "seccomp=unconfined", "--security-opt", "apparmor=unconfined",
             "--cap-drop", "ALL"]
@@ -1097,6 +1111,10 @@ def cmd_up(args):
                          or info["NetworkSettings"]["Networks"].get(MGMT_NETWORK, {}).get("IPAddress") not in
                          (mgmt_ip(index), None, "")):
                 log("recreating %s (image or address changed)" % node)
+                remove_node(node)
+                info = None
+            elif info and (info["Config"].get("Labels") or {}).get(LABEL + ".keys") != node_keys_id(node):
+                log("recreating %s (seeded with the SSH keys of another lab state dir)" % node)
                 remove_node(node)
                 info = None
             if info is None:
