@@ -9,7 +9,7 @@ PYTEST := $(BIN)/pytest
 MOLECULE_SCENARIOS := $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 
 .PHONY: help setup system-deps serving-venv run plan lint yamllint ansible-lint sanity unit serving-tests \
-	build bench-lab lab-up lab-down lab-status lab-test molecule test clean
+	build bench-lab bench-network lab-up lab-down lab-status lab-test molecule test clean
 
 help:
 	@echo "make run    - set everything up, bring up the 4-node virtual Spark lab and run the main job on it"
@@ -31,6 +31,8 @@ serving-venv:
 run: setup lab-up
 	$(BIN)/ansible-playbook playbooks/plan.yml -i inventories/lab
 	$(BIN)/ansible-playbook playbooks/discover.yml -i inventories/lab
+	$(BIN)/ansible-playbook playbooks/network.yml -i inventories/lab
+	$(BIN)/ansible-playbook playbooks/os.yml -i inventories/lab
 
 plan: setup
 	$(BIN)/ansible-playbook playbooks/plan.yml -i $(INVENTORY)
@@ -71,6 +73,9 @@ lab-test: lab-up
 
 bench-lab: setup
 	bench/lab_up
+
+bench-network: setup
+	bench/network_play --nodes $(NODES)
 
 molecule: lab-up
 	set -e; for scenario in $(MOLECULE_SCENARIOS); do \

@@ -659,8 +659,18 @@ def node_has_model(node, model_hash):
     return proc.returncode == 0 and out(proc) == model_hash
 
 
+# provide_serving fills nodes in parallel threads: one of them builds the cached model tar, the others wait
+# (two builders would delete each other's scratch dir and tar).
+_MODEL_TAR_LOCK = threading.Lock()
+
+
 def serving_model_tar(model_hash):
     """tar of <name>/ (made by lab/serving/make_model_dir.py on the host, cached by content hash)."""
+    with _MODEL_TAR_LOCK:
+        return _serving_model_tar_locked(model_hash)
+
+
+def _serving_model_tar_locked(model_hash):
     cached = os.path.join(CACHE_DIR, "serving-model-%s.tar" % model_hash)
     if not os.path.exists(cached):
         tmp = os.path.join(CACHE_DIR, "serving-model-%s.tmp" % model_hash)

@@ -70,7 +70,8 @@ def test_healthy_fabric_passes(fabric, tmp_path):
     assert rc == 0, out
     assert "no failures" in out
     peers = "%d/%d" % (len(fabric.nodes) - 1, len(fabric.nodes) - 1)
-    rows = [line.strip().strip('",').split() for line in out.splitlines()]
+    # A table line, as the YAML or the default result format prints it: `- spark-alpha  rail1 ...` or `"spark-alpha  rail1 ...",`.
+    rows = [line.strip().lstrip("-").strip().strip('",').split() for line in out.splitlines()]
     for node in fabric.nodes:
         for name, netdev, _subnet in RAILS:
             assert any(row[:3] == [node, name, netdev] and row[4:6] == ["up", "9000"] and peers in row for row in rows), out

@@ -451,3 +451,22 @@ def test_serving_model_tar_is_the_lab_model_dir(tmp_path, monkeypatch):
     assert all(0.5 * 2 ** 20 < members[s].size < 1.5 * 2 ** 20 for s in shards)
     assert {"qwen3-standin/config.json", "qwen3-standin/model.safetensors.index.json"} <= set(members)
     assert all(m.uid == 0 and m.gid == 0 for m in members.values())
+
+
+def test_serving_model_tar_built_once_when_nodes_are_filled_in_parallel(tmp_path, monkeypatch):
+    """provide_serving asks from one thread per node; with a cold cache every thread must get the same whole tar
+    (two builders used to delete each other's scratch dir and tar: a node got a model without its marker)."""
+    import tarfile
+    import threading
+    monkeypatch.setattr(labctl, "CACHE_DIR", str(tmp_path))
+    model_hash = labctl.serving_model_hash()
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(labctl.serving_model_tar(model_hash))) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(results) == 4 and len(set(results)) == 1
+    with tarfile.open(fileobj=io.BytesIO(results[0])) as tar:
+        assert "qwen3-standin/.dgxspark-lab-model" in tar.getnames()
+    assert [p.name for p in tmp_path.iterdir()] == ["serving-model-%s.tar" % model_hash]

@@ -9,6 +9,8 @@ with the collection's module_utils, so this checks the same summary the role pri
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 testinfra_hosts = ["ansible://all"]
@@ -18,12 +20,13 @@ testinfra_hosts = ["ansible://all"]
 def fixture_plan_and_probe(host):
     plan = host.ansible("dgxspark.cluster.cluster_plan", "", check=False)["plan"]
     variables = host.ansible.get_variables()
-    probe = host.ansible("dgxspark.cluster.fabric_probe", {
+    # testinfra hands module arguments to `ansible -a` as one string: JSON keeps the lists and dicts intact.
+    probe = host.ansible("dgxspark.cluster.fabric_probe", json.dumps({
         "mtu": int(variables.get("dgxspark_mtu", 9000)),
         "rails": plan["rails"],
         "peers": plan["nodes"],
         "host": variables["inventory_hostname"],
-    }, check=False)
+    }), check=False)
     return plan, probe, variables
 
 

@@ -33,7 +33,16 @@ def fixture_hvars(host):
         "os_hardening_sysctl_apply_runtime": True,
         "os_hardening_default_target": "multi-user.target",
     }
-    return {name: variables.get(name, value) for name, value in defaults.items()}
+    result = {}
+    for name, value in defaults.items():
+        value = variables.get(name, value)
+        if isinstance(value, str) and "{{" in value:
+            # get_variables() gives the raw inventory text; let Ansible render the template.
+            value = host.ansible("ansible.builtin.debug", "var=%s" % name, check=False)[name]
+        if isinstance(defaults[name], bool) and isinstance(value, str):
+            value = value.strip().lower() in ("true", "yes", "1", "on")
+        result[name] = value
+    return result
 
 
 def test_default_target_is_multi_user(host, hvars):
