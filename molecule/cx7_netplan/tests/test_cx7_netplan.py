@@ -6,11 +6,10 @@ address = subnet network + 10 + rank on each rail (seed 000: spark-alpha .10, sp
 
 import ipaddress
 import json
-import os
-import subprocess
 
 import pytest
 import yaml
+from conftest import recap_line
 
 testinfra_hosts = ["ansible://all"]
 
@@ -120,28 +119,7 @@ def test_jumbo_ping_across_the_fabric(host, hvars):
     assert host.run("ping -c 1 -W 1 -M do -s %s -I %s %s", str(payload + 1), first[0], first[1]).rc != 0
 
 
-def _converge_playbook():
-    scenario_dir = os.environ.get("MOLECULE_SCENARIO_DIRECTORY", "")
-    project_dir = os.environ.get("MOLECULE_PROJECT_DIRECTORY", "")
-    for path in (os.path.join(scenario_dir, "converge.yml"), os.path.join(project_dir, "molecule", "shared", "converge.yml")):
-        if os.path.isfile(path):
-            return path
-    return None
-
-
-@pytest.fixture(name="check_run", scope="module")
-def fixture_check_run():
-    """One `--check --diff` run of the converge playbook on all nodes (the role needs every node: no --limit)."""
-    inventory = os.environ.get("MOLECULE_INVENTORY_FILE")
-    playbook = _converge_playbook()
-    if not inventory or not playbook:
-        pytest.skip("not run by molecule (no MOLECULE_INVENTORY_FILE / converge playbook)")
-    return subprocess.run(["ansible-playbook", "-i", inventory, playbook, "--check", "--diff"],
-                          capture_output=True, text=True, timeout=600, check=False)
-
-
-def test_check_diff_on_converged_nodes_changes_nothing(host, check_run):
-    assert check_run.returncode == 0, check_run.stdout + check_run.stderr
-    hostname = host.backend.get_hostname()
-    recap = [line for line in check_run.stdout.splitlines() if line.startswith(hostname) and "changed=" in line]
-    assert recap and "changed=0" in recap[-1] and "failed=0" in recap[-1], check_run.stdout
+def test_check_diff_on_converged_nodes_changes_nothing(host, check_diff_run):
+    assert check_diff_run.returncode == 0, check_diff_run.stdout + check_diff_run.stderr
+    recap = recap_line(check_diff_run, host.backend.get_hostname())
+    assert recap and "changed=0" in recap and "failed=0" in recap, check_diff_run.stdout

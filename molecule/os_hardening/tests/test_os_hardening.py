@@ -5,11 +5,9 @@ Ansible, so the test follows the lab's settings instead of repeating them.
 """
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
+from conftest import recap_line
 
 # force_ansible: commands go through Ansible itself, so the lab inventory's templated connection
 # settings ({{ dgxspark_lab_state_dir }} in ansible_ssh_common_args) are rendered.
@@ -124,25 +122,8 @@ def test_daemon_json(host, hvars):
     assert host.service("docker").is_running
 
 
-def _converge_playbook():
-    scenario_dir = os.environ.get("MOLECULE_SCENARIO_DIRECTORY", "")
-    project_dir = os.environ.get("MOLECULE_PROJECT_DIRECTORY", "")
-    for path in (os.path.join(scenario_dir, "converge.yml"), os.path.join(project_dir, "molecule", "shared", "converge.yml")):
-        if os.path.isfile(path):
-            return path
-    return None
-
-
-def test_check_diff_on_converged_node_changes_nothing(host):
+def test_check_diff_on_converged_node_changes_nothing(host, check_diff_run):
     """`--check --diff` of the converge playbook on the converged nodes reports changed=0."""
-    inventory = os.environ.get("MOLECULE_INVENTORY_FILE")
-    playbook = _converge_playbook()
-    if not inventory or not playbook:
-        pytest.skip("not run by molecule (no MOLECULE_INVENTORY_FILE / converge playbook)")
-    hostname = host.backend.get_hostname()
-    ansible_playbook = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
-    proc = subprocess.run([ansible_playbook, "-i", inventory, playbook, "--check", "--diff", "--limit", hostname],
-                          capture_output=True, text=True, timeout=600, check=False)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    recap = [line for line in proc.stdout.splitlines() if line.startswith(hostname) and "changed=" in line]
-    assert recap and "changed=0" in recap[-1], proc.stdout
+    assert check_diff_run.returncode == 0, check_diff_run.stdout + check_diff_run.stderr
+    recap = recap_line(check_diff_run, host.backend.get_hostname())
+    assert recap and "changed=0" in recap and "failed=0" in recap, check_diff_run.stdout
