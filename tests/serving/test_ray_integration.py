@@ -157,7 +157,9 @@ def test_tp2_serves_with_two_ranks(ray_cluster, model_dir, tmp_path):
 
 def test_tp4_fails_for_lack_of_gpus(ray_cluster, model_dir):
     proc = run_vllm(ray_cluster, [model_dir, "-tp", "4", "--distributed-executor-backend", "ray", "--port", str(free_port())],
-                    {"DGXSPARK_LAB_PG_WAIT_TIMEOUT": "5"})
+                    {"DGXSPARK_LAB_PG_WAIT_TIMEOUT": "5",
+                     # The community's SPREAD fix: vLLM 0.33.0 never reads it, and neither does the stand-in.
+                     "VLLM_DISTRIBUTED_EXECUTOR_CONFIG": json.dumps({"placement_group_options": {"strategy": "SPREAD"}})})
     try:
         out, _ = proc.communicate(timeout=90)
     except subprocess.TimeoutExpired:
@@ -167,4 +169,5 @@ def test_tp4_fails_for_lack_of_gpus(ray_cluster, model_dir):
     assert proc.returncode == 1, out
     assert "ValueError: Cannot provide a placement group requiring 4 GPUs" in out
     assert "GPUs available in the Ray cluster: 2 on 1 node(s); required: 4" in out
+    assert "VLLM_DISTRIBUTED_EXECUTOR_CONFIG is set but has no effect" in out and "strategy PACK" in out
     assert "Uvicorn running" not in out
