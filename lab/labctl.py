@@ -333,8 +333,9 @@ def render_hosts_yml(count, header=None):
 
 def render_group_vars(template_text, state_dir_expr, model_profile=None):
     """The live inventory's group_vars/all.yml: the static one with the state-dir line (and profile) replaced."""
-    out = re.sub(r"(?m)^dgxspark_lab_state_dir:.*$", "dgxspark_lab_state_dir: %s" % json.dumps(state_dir_expr),
-                 template_text)
+    # The key's line and its indented continuation lines (a folded scalar) are replaced as one.
+    out = re.sub(r"(?m)^dgxspark_lab_state_dir:.*(?:\n[ \t]+\S.*)*$",
+                 lambda _match: "dgxspark_lab_state_dir: %s" % json.dumps(state_dir_expr), template_text)
     if model_profile:
         out = re.sub(r"(?m)^dgxspark_model_profile:.*$", "dgxspark_model_profile: %s" % model_profile, out)
     return out
@@ -792,12 +793,16 @@ def write_ssh_files(count):
     write_file(os.path.join(ssh_dir(), "config"), render_ssh_config(count, STATE_DIR))
 
 
+# The live inventory sits in <state>/inventory; the implicit localhost (plan.yml) has no inventory_dir.
+LIVE_STATE_DIR_EXPR = "{{ inventory_dir | default(ansible_inventory_sources | first, true) }}/.."
+
+
 def write_inventory(count, model_profile=None):
     inv = os.path.join(STATE_DIR, "inventory")
     write_file(os.path.join(inv, "hosts.yml"), render_hosts_yml(count))
     template = read_text(os.path.join(STATIC_INVENTORY_DIR, "group_vars", "all.yml"))
     write_file(os.path.join(inv, "group_vars", "all.yml"),
-               render_group_vars(template, "{{ inventory_dir }}/..", model_profile))
+               render_group_vars(template, LIVE_STATE_DIR_EXPR, model_profile))
 
 
 MGMT_NETPLAN_PATH = "etc/netplan/01-dgxspark-lab-mgmt.yaml"

@@ -165,10 +165,11 @@ def test_render_hosts_yml(count):
 def test_render_group_vars_replaces_state_dir_and_profile():
     with open(os.path.join(REPO, "inventories", "lab", "group_vars", "all.yml")) as handle:
         template = handle.read()
-    out = labctl.render_group_vars(template, "{{ inventory_dir }}/..", "some_profile")
+    out = labctl.render_group_vars(template, labctl.LIVE_STATE_DIR_EXPR, "some_profile")
     import yaml
     data = yaml.safe_load(out)
-    assert data["dgxspark_lab_state_dir"] == "{{ inventory_dir }}/.."
+    assert data["dgxspark_lab_state_dir"] == labctl.LIVE_STATE_DIR_EXPR
+    assert set(data) == set(yaml.safe_load(template))  # the multi-line value was replaced whole, nothing else lost
     assert data["dgxspark_model_profile"] == "some_profile"
     assert yaml.safe_load(template)["dgxspark_model_profile"] == "qwen3_5_397b_a17b_fp8"
 
@@ -470,3 +471,18 @@ def test_serving_model_tar_built_once_when_nodes_are_filled_in_parallel(tmp_path
     with tarfile.open(fileobj=io.BytesIO(results[0])) as tar:
         assert "qwen3-standin/.dgxspark-lab-model" in tar.getnames()
     assert [p.name for p in tmp_path.iterdir()] == ["serving-model-%s.tar" % model_hash]
+
+
+@pytest.mark.parametrize("count", [2, 4])
+def test_live_inventory_plans_on_the_controller(tmp_path, monkeypatch, count):
+    """The inventory `labctl up --nodes N` writes passes playbooks/plan.yml (implicit localhost, no node contacted)."""
+    import subprocess
+    monkeypatch.setattr(labctl, "STATE_DIR", str(tmp_path))
+    profile = None if count == 4 else "qwen3_vl_235b_a22b_awq"
+    labctl.write_inventory(count, profile)
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run([os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "playbooks/plan.yml",
+                           "-i", str(tmp_path / "inventory")], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "TP %d x PP 1 = %d GPUs on %d nodes" % (count, count, count) in proc.stdout, proc.stdout

@@ -26,6 +26,8 @@ def run_plan(inventory, *extra):
                            'Decode roofline', 'tok/s']),
     ('inventories/3node', ['TP 1 x PP 3 = 3 GPUs on 3 nodes', 'spark-03', '192.168.100.12', 'KV cache room per node']),
     ('inventories/2node', ['TP 2 x PP 1 = 2 GPUs on 2 nodes', '0     spark-2  head    192.168.100.10', '192.168.101.11']),
+    # The README's first command plans the lab: its connection variables must template for the implicit localhost too.
+    ('inventories/lab', ['TP 4 x PP 1 = 4 GPUs on 4 nodes', '3     spark-delta', '192.168.101.13']),
 ])
 def test_plan_accepts_example_inventories(inventory, expected):
     result = run_plan(inventory)
