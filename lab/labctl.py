@@ -484,24 +484,11 @@ def image_tags():
 def build_base(mirror, tag):
     with open(os.path.join(NODE_DIR, "packages.txt")) as handle:
         packages = base_packages(handle.read())
-    os.makedirs(os.path.join(CACHE_DIR, "debs"), exist_ok=True)
     rootfs = os.path.join(CACHE_DIR, "rootfs-" + tag.split(":")[1])
-    if os.path.exists(rootfs):
-        shutil.rmtree(rootfs)
     started = time.time()
     log("debootstrap %s from %s (cache %s)" % (SUITE, mirror, os.path.join(CACHE_DIR, "debs")))
     try:
-        for attempt in (1, 2):  # a mirror hiccup ("Couldn't find these debs") gets one retry
-            proc = subprocess.run(["debootstrap", "--variant=minbase", "--include=" + ",".join(packages),
-                                   "--cache-dir=" + os.path.join(CACHE_DIR, "debs"), SUITE, rootfs, mirror],
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
-            if proc.returncode == 0:
-                break
-            tail = "\n".join(proc.stdout.decode(errors="replace").splitlines()[-25:])
-            if attempt == 2:
-                raise LabError("debootstrap of %s from %s failed twice:\n%s" % (SUITE, mirror, tail))
-            log("debootstrap failed, retrying once:\n%s" % tail[-2000:])
-            shutil.rmtree(rootfs, ignore_errors=True)
+        debootstrap_rootfs(rootfs, packages, mirror)
         log("debootstrap done in %.0f s; customizing" % (time.time() - started))
         shutil.copy(os.path.join(NODE_DIR, "customize.sh"), os.path.join(rootfs, "customize.sh"))
         run(["chroot", rootfs, "/bin/sh", "/customize.sh", mirror, SUITE])
