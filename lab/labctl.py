@@ -693,19 +693,24 @@ def install_serving_model(node, model_hash):
     return True
 
 
+def copy_image_into_node(node, image):
+    """`docker save IMAGE | docker load` from the host's Docker into the node's; returns the seconds it took."""
+    started = time.time()
+    save = subprocess.Popen([docker_bin(), "save", image], stdout=subprocess.PIPE)
+    load = subprocess.run([docker_bin(), "exec", "-i", container_name(node), "docker", "load", "-q"],
+                          stdin=save.stdout, stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
+    save.stdout.close()
+    save.wait()
+    if load.returncode != 0 or save.returncode != 0:
+        raise LabError("loading %s into %s failed: %s" % (image, node, load.stderr.decode(errors="replace")))
+    return round(time.time() - started, 1)
+
+
 def load_serving_into_node(node, tag):
     """docker save | docker load into the node's (vfs) Docker where the tag is missing; older serving tags removed."""
     result = {"node": node, "image": "present", "model": "present", "load_s": None}
     if not node_has_image(node, tag):
-        started = time.time()
-        save = subprocess.Popen([docker_bin(), "save", tag], stdout=subprocess.PIPE)
-        load = subprocess.run([docker_bin(), "exec", "-i", container_name(node), "docker", "load", "-q"],
-                              stdin=save.stdout, stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
-        save.stdout.close()
-        save.wait()
-        if load.returncode != 0 or save.returncode != 0:
-            raise LabError("loading %s into %s failed: %s" % (tag, node, load.stderr.decode(errors="replace")))
-        result["image"], result["load_s"] = "loaded", round(time.time() - started, 1)
+        result["image"], result["load_s"] = "loaded", copy_image_into_node(node, tag)
         for line in out(node_exec(node, "docker", "images", "--format", "{{.Repository}}:{{.Tag}}",
                                   SERVING_REPO)).splitlines():
             if line and line != tag:
@@ -1354,15 +1359,7 @@ def cmd_load_image(args):
         if have == image_id:
             log("%s: %s already loaded" % (node, args.image))
             continue
-        started = time.time()
-        save = subprocess.Popen([docker_bin(), "save", args.image], stdout=subprocess.PIPE)
-        load = subprocess.run([docker_bin(), "exec", "-i", container_name(node), "docker", "load", "-q"],
-                              stdin=save.stdout, stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
-        save.stdout.close()
-        save.wait()
-        if load.returncode != 0 or save.returncode != 0:
-            raise LabError("loading %s into %s failed: %s" % (args.image, node, load.stderr.decode(errors="replace")))
-        log("%s: loaded %s in %.1f s" % (node, args.image, time.time() - started))
+        log("%s: loaded %s in %.1f s" % (node, args.image, copy_image_into_node(node, args.image)))
     return 0
 
 
