@@ -47,7 +47,7 @@ def filler(name, size):
     return bytes(out[:size])
 
 
-def make(model_dir, shards=4, shard_mib=1.0, layers=8, heads=16, kv_heads=8, head_dim=64, max_pos=40960,
+def make(model_dir, shards=4, shard_mib=1.0, layers=8, heads=16, kv_heads=8, head_dim=64, max_pos=262144,
          name="dgxspark-lab/qwen3-standin"):
     os.makedirs(model_dir, exist_ok=True)
     hidden = heads * head_dim
@@ -99,7 +99,7 @@ def main():
     ap.add_argument("--heads", type=int, default=16)
     ap.add_argument("--kv-heads", type=int, default=8)
     ap.add_argument("--head-dim", type=int, default=64)
-    ap.add_argument("--max-position-embeddings", type=int, default=40960)
+    ap.add_argument("--max-position-embeddings", type=int, default=262144)
     ap.add_argument("--name", default="dgxspark-lab/qwen3-standin")
     opts = ap.parse_args()
     if opts.shards < 1 or opts.layers < opts.shards:

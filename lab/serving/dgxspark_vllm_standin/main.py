@@ -17,7 +17,7 @@ import time
 import traceback
 
 from . import envcarry, flags, progress, safetensors_io
-from .server import StandinHTTPServer
+from .server import StandinHTTPServer, api_tokens
 from .worker import RankWorker
 
 PG_WAIT_TIMEOUT_DEFAULT = 1800  # vllm/v1/executor/ray_utils.py PG_WAIT_TIMEOUT
@@ -382,7 +382,7 @@ def serve(argv, spec=None):
                       "weights": {"model_dir": model_dir, "shards": len(shards), "tensors": tensors, "bytes": nbytes}},
         }
         host = args.host if args.host is not None else ""
-        httpd = StandinHTTPServer((host, args.port), state)
+        httpd = StandinHTTPServer((host, args.port), state, api_tokens(args.api_key, env))
     except StandinError as err:
         if world is not None:
             world.stop()

@@ -3,7 +3,9 @@
 It never generates text: /v1/chat/completions answers with a fixed statement that this is the
 dgxspark lab stand-in plus the world layout the stand-in found (ranks, nodes, fabric IPs,
 transport checks)."""
+import hashlib
 import json
+import secrets
 import sys
 import threading
 import time
@@ -34,6 +36,21 @@ def layout_text(state):
         lines.append("weights: %d shard(s), %d tensor(s), %d bytes read per rank from %s" % (
             weights["shards"], weights["tensors"], weights["bytes"], weights["model_dir"]))
     return "\n".join(lines)
+
+
+def api_tokens(args_api_key, env):
+    """The API keys the server enforces, as vLLM 0.33 builds them (vllm/entrypoints/openai/api_server.py):
+    `--api-key` (a list) wins, else VLLM_API_KEY; empty values are ignored; no key means no check."""
+    return [key for key in (args_api_key or [env.get("VLLM_API_KEY")]) if key]
+
+
+def token_ok(tokens, authorization):
+    """vLLM's AuthenticationMiddleware.verify_token: `Authorization: Bearer <key>`, compared in constant time
+    on SHA-256 digests (so the comparison does not leak the key's length)."""
+    if not tokens:
+        return True
+    given = hashlib.sha256((authorization or "").encode()).digest()
+    return any(secrets.compare_digest(given, hashlib.sha256(("Bearer %s" % key).encode()).digest()) for key in tokens)
 
 
 def _log(msg):
@@ -70,8 +87,17 @@ class Handler(BaseHTTPRequestHandler):
     def do_HEAD(self):
         self.do_GET()
 
+    def _authorized(self, path):
+        """/v1/* needs the API key when one is set (401 otherwise); /health, /metrics, /version stay open, as in vLLM."""
+        if path.startswith("/v1") and not token_ok(self.server.tokens, self.headers.get("authorization")):
+            self._send(401, {"error": "Unauthorized"})
+            return False
+        return True
+
     def do_GET(self):
         path = self.path.split("?", 1)[0]
+        if not self._authorized(path):
+            return
         if path == "/health":
             self._send(200)
         elif path == "/v1/models":
@@ -89,6 +115,8 @@ class Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0]
         length = int(self.headers.get("content-length") or 0)
         raw = self.rfile.read(length) if length else b""
+        if not self._authorized(path):
+            return
         if path != "/v1/chat/completions":
             self._send(404 if path not in ("/v1/completions",) else 400,
                        {"detail": "Not Found"} if path != "/v1/completions" else
@@ -177,8 +205,9 @@ class StandinHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, address, state):
+    def __init__(self, address, state, tokens=()):
         super().__init__(address, Handler)
         self.state = state
+        self.tokens = list(tokens)
         self.lock = threading.Lock()
         self.requests_total = 0

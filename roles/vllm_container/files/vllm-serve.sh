@@ -1,0 +1,36 @@
+#!/bin/bash
+# dgxspark.cluster vllm_container: the main process of the vLLM container on the head (entrypoint).
+#   vllm-serve.sh serve MODEL --distributed-executor-backend ray ...   (the vllm command line, no secret in it)
+# 1. waits until the Ray cluster offers the GPUs the engine needs (workers may still be joining);
+# 2. reads the API key (and nothing else secret) from the mounted 0600 file, so it never appears in argv,
+#    `docker inspect` or the log;
+# 3. becomes vllm. Docker's restart policy starts it again when it exits.
+set -u
+need=${DGXSPARK_VLLM_GPUS:?DGXSPARK_VLLM_GPUS (GPUs the engine needs) is not set}
+
+waited=0
+until python3 - "$need" <<'PY'
+import os, sys
+import ray
+ray.init(address=os.environ["DGXSPARK_RAY_ADDRESS"], logging_level="ERROR", log_to_driver=False)
+have = ray.cluster_resources().get("GPU", 0)
+alive = sum(1 for n in ray.nodes() if n.get("Alive"))
+ray.shutdown()
+print("vllm-serve.sh: Ray offers %g GPU(s) on %d node(s); the engine needs %s" % (have, alive, sys.argv[1]), flush=True)
+sys.exit(0 if have >= float(sys.argv[1]) else 1)
+PY
+do
+    echo "vllm-serve.sh: waiting for the cluster's GPUs (${waited}s)"
+    sleep 10
+    waited=$((waited + 10))
+done
+
+if [ -n "${DGXSPARK_API_KEY_FILE:-}" ]; then
+    if [ ! -s "$DGXSPARK_API_KEY_FILE" ]; then
+        echo "vllm-serve.sh: the API key file $DGXSPARK_API_KEY_FILE is missing or empty" >&2
+        exit 1
+    fi
+    VLLM_API_KEY=$(cat "$DGXSPARK_API_KEY_FILE")
+    export VLLM_API_KEY
+fi
+exec vllm "$@"
