@@ -9,7 +9,7 @@ PYTEST := $(BIN)/pytest
 MOLECULE_SCENARIOS := $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 
 .PHONY: help setup system-deps serving-venv run plan lint yamllint ansible-lint sanity unit serving-tests \
-	build bench-lab bench-network lab-up lab-down lab-status lab-test molecule test clean
+	build bench-lab bench-network bench-deploy lab-up lab-down lab-status lab-test molecule test clean
 
 help:
 	@echo "make run    - set everything up, bring up the 4-node virtual Spark lab and run the main job on it"
@@ -28,11 +28,10 @@ system-deps:
 serving-venv:
 	bash tools/serving-venv.sh
 
+# The users' command, on the 4-node lab: plan, network, os, ray, vllm, verify; it ends with the status table.
 run: setup lab-up
-	$(BIN)/ansible-playbook playbooks/plan.yml -i inventories/lab
 	$(BIN)/ansible-playbook playbooks/discover.yml -i inventories/lab
-	$(BIN)/ansible-playbook playbooks/network.yml -i inventories/lab
-	$(BIN)/ansible-playbook playbooks/os.yml -i inventories/lab
+	$(BIN)/ansible-playbook playbooks/deploy-397b.yml -i inventories/lab
 
 plan: setup
 	$(BIN)/ansible-playbook playbooks/plan.yml -i $(INVENTORY)
@@ -58,9 +57,10 @@ build: setup
 	rm -rf .build/dist && mkdir -p .build/dist
 	$(BIN)/ansible-galaxy collection build --output-path .build/dist .
 
+# --serving: the serving image (LAB STAND-IN for vLLM on real Ray) and the lab model on every node.
 lab-up: setup
 	bash lab/ensure-docker.sh
-	$(BIN)/python lab/labctl.py up --nodes $(NODES)
+	$(BIN)/python lab/labctl.py up --nodes $(NODES) --serving
 
 lab-down: setup
 	$(BIN)/python lab/labctl.py down
@@ -76,6 +76,9 @@ bench-lab: setup
 
 bench-network: setup
 	bench/network_play --nodes $(NODES)
+
+bench-deploy: setup
+	bench/deploy --nodes $(NODES)
 
 molecule: lab-up
 	set -e; for scenario in $(MOLECULE_SCENARIOS); do \

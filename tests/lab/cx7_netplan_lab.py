@@ -1,14 +1,11 @@
 """Helpers of the cx7_netplan lab tests: run playbooks/network.yml on the lab, snapshot the files the role owns."""
 
-import os
-import subprocess
 import time
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-ANSIBLE_PLAYBOOK = os.path.join(REPO, ".venv", "bin", "ansible-playbook")
-PLAYBOOK = os.path.join(REPO, "playbooks", "network.yml")
+from ansible_lab import REPO, inventory, run_playbook  # noqa: F401  (re-exported for the cx7_netplan tests)
+
 NETPLAN_FILE = "/etc/netplan/40-cx7.yaml"
 SYSCTL_FILE = "/etc/sysctl.d/90-dgxspark-cx7-ipv6.conf"
 RAILS = {"rail1": "enp1s0f1np1", "rail2": "enP2p1s0f1np1"}
@@ -17,29 +14,9 @@ SUBNETS = {"rail1": "192.168.100.", "rail2": "192.168.101."}
 START_MTU = 1500
 
 
-def inventory(lab):
-    """The live inventory labctl wrote for the current node count (inventories/lab is the 4-node one)."""
-    live = os.path.join(lab.state_dir, "inventory")
-    return live if os.path.isdir(live) else os.path.join(REPO, "inventories", "lab")
-
-
 def run_network(lab, *extra, on_line=None, timeout=900):
     """Run playbooks/network.yml on every lab node; returns (rc, output). on_line(line) sees each output line."""
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0",
-               PATH=os.path.join(REPO, ".venv", "bin") + os.pathsep + os.environ.get("PATH", ""))
-    cmd = [ANSIBLE_PLAYBOOK, PLAYBOOK, "-i", inventory(lab)] + list(extra)
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
-    lines = []
-    deadline = time.time() + timeout
-    for line in proc.stdout:
-        lines.append(line)
-        if on_line is not None:
-            on_line(line)
-        if time.time() > deadline:
-            proc.kill()
-            break
-    proc.wait()
-    return proc.returncode, "".join(lines)
+    return run_playbook(lab, "network.yml", *extra, on_line=on_line, timeout=timeout)
 
 
 def snapshot(lab):

@@ -1,11 +1,15 @@
 #!/bin/bash
 # dgxspark.cluster vllm_container: the main process of the vLLM container on the head (entrypoint).
 #   vllm-serve.sh serve MODEL --distributed-executor-backend ray ...   (the vllm command line, no secret in it)
-# 1. waits until the Ray cluster offers the GPUs the engine needs (workers may still be joining);
-# 2. reads the API key (and nothing else secret) from the mounted 0600 file, so it never appears in argv,
+# 1. writes $VLLM_CONFIG_ROOT/ray_non_carry_over_env_vars.json from DGXSPARK_RAY_NON_CARRY_OVER: the names vLLM's Ray
+#    executor must not copy from this driver to the workers (per-host values, secrets);
+# 2. waits until the Ray cluster offers the GPUs the engine needs (workers may still be joining);
+# 3. reads the API key (and nothing else secret) from the mounted 0600 file, so it never appears in argv,
 #    `docker inspect` or the log;
-# 3. becomes vllm. Docker's restart policy starts it again when it exits.
+# 4. becomes vllm. Docker's restart policy starts it again when it exits.
 set -u
+mkdir -p "${VLLM_CONFIG_ROOT:?VLLM_CONFIG_ROOT is not set}"
+printf '%s\n' "${DGXSPARK_RAY_NON_CARRY_OVER:-[]}" > "$VLLM_CONFIG_ROOT/ray_non_carry_over_env_vars.json"
 need=${DGXSPARK_VLLM_GPUS:?DGXSPARK_VLLM_GPUS (GPUs the engine needs) is not set}
 
 waited=0

@@ -1,0 +1,107 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Testinfra checks of the ray_cluster scenario: one Ray container per node, each with its own rail-1 address as
+VLLM_HOST_IP and --node-ip-address, the non-carry-over file, token authentication with the token only in a 0600 file,
+every planned node alive in Ray with one GPU, and a converged node that --check --diff leaves unchanged."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+
+import pytest
+
+from conftest import recap_line
+
+testinfra_hosts = ["ansible://all"]
+CONTAINER = "dgxspark-ray"
+with open(os.path.join(os.environ.get("MOLECULE_PROJECT_DIRECTORY", "."), "roles", "ray_cluster", "files", "ray-nodes.py")) as _handle:
+    RAY_NODES = _handle.read()
+
+
+@pytest.fixture(name="plan")
+def fixture_plan(host):
+    return host.ansible("dgxspark.cluster.cluster_plan", "", check=False)["plan"]
+
+
+def inspect(host):
+    return json.loads(host.check_output("docker inspect %s" % CONTAINER))[0]
+
+
+def env_of(container):
+    return dict(item.split("=", 1) for item in container["Config"]["Env"])
+
+
+def rail1_address(plan, name):
+    node = [n for n in plan["nodes"] if n["host"] == name][0]
+    return node["rail_addresses"][plan["rails"][0]["name"]]
+
+
+def test_container_runs_with_host_namespaces_and_restart_policy(host):
+    container = inspect(host)
+    assert container["State"]["Running"] is True
+    assert container["HostConfig"]["NetworkMode"] == "host"
+    assert container["HostConfig"]["IpcMode"] == "host"
+    assert container["HostConfig"]["PidMode"] == "host"
+    assert container["HostConfig"]["RestartPolicy"]["Name"] == "unless-stopped"
+    assert "IPC_LOCK" in (container["HostConfig"]["CapAdd"] or [])
+    assert container["HostConfig"]["Privileged"] is False
+
+
+def test_vllm_host_ip_is_this_nodes_own_rail1_address(host, plan):
+    name = host.ansible.get_variables()["inventory_hostname"]
+    container = inspect(host)
+    env = env_of(container)
+    assert env["VLLM_HOST_IP"] == rail1_address(plan, name)
+    assert "--node-ip-address=%s" % rail1_address(plan, name) in container["Args"]
+    others = [rail1_address(plan, n["host"]) for n in plan["nodes"] if n["host"] != name]
+    assert env["VLLM_HOST_IP"] not in others
+    assert env["NCCL_SOCKET_IFNAME"] == "=" + plan["rails"][0]["interface"]
+    assert env["RAY_memory_monitor_refresh_ms"] == "0"
+
+
+def test_token_only_in_a_0600_file(host):
+    token = host.file("/etc/dgxspark/secrets/ray_token")
+    assert token.mode == 0o600 and token.user == "root"
+    assert host.file("/etc/dgxspark/secrets").mode == 0o700
+    secret = token.content_string.strip()
+    assert len(secret) >= 32
+    env = env_of(inspect(host))
+    assert env["RAY_AUTH_MODE"] == "token"
+    assert "RAY_AUTH_TOKEN" not in env
+    assert secret not in host.check_output("docker inspect %s" % CONTAINER)
+    assert secret not in host.check_output("ps -eo args")
+    assert secret not in host.run("docker logs %s 2>&1" % CONTAINER).stdout
+
+
+def test_non_carry_over_list_names_the_per_host_keys(host):
+    # The vLLM container writes it to $VLLM_CONFIG_ROOT/ray_non_carry_over_env_vars.json at start (vllm_container scenario).
+    env = env_of(inspect(host))
+    names = json.loads(env["DGXSPARK_RAY_NON_CARRY_OVER"])
+    for key in ("VLLM_HOST_IP", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_IB_HCA", "VLLM_API_KEY"):
+        assert key in names
+    assert env["VLLM_CONFIG_ROOT"] == "/run/dgxspark/vllm-config"
+
+
+def test_every_planned_node_is_alive_in_ray_with_one_gpu(host, plan):
+    if host.ansible.get_variables()["inventory_hostname"] != plan["head"]:
+        pytest.skip("asked on the head")
+    nodes = json.loads(host.check_output("docker exec %s python3 -c %s" % (CONTAINER, shlex.quote(RAY_NODES))))
+    alive = sorted((n["NodeManagerAddress"], n["Resources"].get("GPU")) for n in nodes if n["Alive"])
+    assert alive == sorted((rail1_address(plan, n["host"]), 1.0) for n in plan["nodes"])
+
+
+def test_no_dashboard_and_fixed_ports(host, plan):
+    listening = host.check_output("ss -ltnH")
+    assert ":8265 " not in listening
+    if host.ansible.get_variables()["inventory_hostname"] == plan["head"]:
+        assert ":6379 " in listening
+    assert ":6380 " in listening and ":6381 " in listening
+
+
+def test_check_diff_changes_nothing(host, check_diff_run):
+    name = host.ansible.get_variables()["inventory_hostname"]
+    line = recap_line(check_diff_run, name)
+    assert line is not None, check_diff_run.stdout[-3000:]
+    assert " changed=0 " in line and " failed=0 " in line, line

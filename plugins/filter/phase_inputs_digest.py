@@ -1,0 +1,35 @@
+# -*- coding: utf-8 -*-
+# Copyright: dgxspark.cluster contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The phase_inputs_digest filter: one digest of a phase's inputs and of the collection code it runs (phase_inputs_digest.yml)."""
+
+from __future__ import annotations
+
+import os
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.dgxspark.cluster.plugins.module_utils.phase_state import PhaseStateError, code_digest, digest
+
+#: The collection's root: plugins/filter/<this file> is two levels below it.
+COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+#: Code every phase runs: the plugins, and the model profiles the plan reads.
+ALWAYS = ('plugins', 'profiles')
+_CACHE = {}
+
+
+def phase_inputs_digest(data, code_paths=None):
+    """sha256 of the data (canonical JSON) and of the collection files under code_paths, plugins/ and profiles/."""
+    paths = tuple(sorted(set(list(code_paths or []) + list(ALWAYS))))
+    try:
+        if paths not in _CACHE:
+            _CACHE[paths] = code_digest(COLLECTION_ROOT, paths)
+        return digest({'data': data, 'code': _CACHE[paths]})
+    except (PhaseStateError, OSError, TypeError, ValueError) as exc:
+        raise AnsibleFilterError('phase_inputs_digest: %s' % exc) from exc
+
+
+class FilterModule:
+    """Filters of the phase stamps."""
+
+    def filters(self):
+        return {"phase_inputs_digest": phase_inputs_digest}

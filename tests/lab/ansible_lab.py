@@ -1,0 +1,44 @@
+"""Run the collection's playbooks against the lab, as a user would (ansible-playbook from the checkout's venv)."""
+
+import os
+import subprocess
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ANSIBLE_PLAYBOOK = os.path.join(REPO, ".venv", "bin", "ansible-playbook")
+
+
+def inventory(lab):
+    """The live inventory labctl wrote for the current node count (inventories/lab is the 4-node one)."""
+    live = os.path.join(lab.state_dir, "inventory")
+    return live if os.path.isdir(live) else os.path.join(REPO, "inventories", "lab")
+
+
+def run_playbook(lab, playbook, *extra, on_line=None, timeout=900):
+    """Run playbooks/<playbook> on every lab node; returns (rc, output). on_line(line) sees each output line."""
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0",
+               PATH=os.path.join(REPO, ".venv", "bin") + os.pathsep + os.environ.get("PATH", ""))
+    cmd = [ANSIBLE_PLAYBOOK, os.path.join(REPO, "playbooks", playbook), "-i", inventory(lab)] + list(extra)
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    lines = []
+    deadline = time.time() + timeout
+    for line in proc.stdout:
+        lines.append(line)
+        if on_line is not None:
+            on_line(line)
+        if time.time() > deadline:
+            proc.kill()
+            break
+    proc.wait()
+    return proc.returncode, "".join(lines)
+
+
+def recap(output):
+    """{host: {ok, changed, failed, ...}} from the PLAY RECAP lines (the last line of each host wins)."""
+    result = {}
+    for line in output.splitlines():
+        if " : ok=" not in line:
+            continue
+        host, _, counts = line.partition(" : ")
+        result[host.strip()] = dict((k, int(v)) for k, v in (item.split("=") for item in counts.split()))
+    return result

@@ -1,0 +1,145 @@
+"""The whole deployment on the 4-node lab, as users run it: `ansible-playbook playbooks/deploy-397b.yml`.
+
+Real Ray 2.60 in one serving container per node, the vLLM 0.33 LAB STAND-IN on the head (lab/serving/README.md).
+Checks: the first deploy serves (status table healthy, smoke answer); a second deploy changes nothing and restarts
+nothing; a changed vLLM option restarts vLLM only; a changed NCCL transport recreates the Ray containers; a load that
+hangs at shard k trips the stall watchdog naming k/n; a flag vLLM rejects fails fast with vLLM's own message; an image
+missing on one node fails before any container is changed. Each fault test puts the cluster back as it found it.
+
+    python3 lab/labctl.py up --serving && .venv/bin/python -m pytest -m lab tests/lab/test_deploy_lab.py
+"""
+
+import json
+
+import pytest
+
+from ansible_lab import recap, run_playbook
+
+pytestmark = pytest.mark.lab
+
+PLAYBOOK = "deploy-397b.yml"
+RAY = "dgxspark-ray"
+VLLM = "dgxspark-vllm"
+
+
+def containers(lab):
+    """{node: {name: (id, started_at)}} of the serving containers."""
+    state = {}
+    for node in lab.nodes:
+        out = lab.host(node).run("docker inspect --format '{{.Name}} {{.Id}} {{.State.StartedAt}}' %s %s 2>/dev/null" % (RAY, VLLM))
+        state[node] = dict((name.lstrip("/"), (cid, started)) for name, cid, started in (l.split() for l in out.stdout.splitlines()))
+    return state
+
+
+def deploy(lab, *extra):
+    rc, out = run_playbook(lab, PLAYBOOK, *extra)
+    return rc, out
+
+
+def extra_vars(**values):
+    return ["-e", json.dumps(values)]
+
+
+@pytest.fixture(scope="module")
+def deployed(lab):
+    if len(lab.nodes) != 4:
+        lab.labctl("up", "--nodes", "4")
+    lab.labctl("serving")
+    rc, out = deploy(lab)
+    assert rc == 0, out[-6000:]
+    return {"output": out, "containers": containers(lab)}
+
+
+def test_first_deploy_serves_and_ends_with_a_healthy_table(deployed):
+    out = deployed["output"]
+    assert "Ray on spark-alpha: 4/4 nodes alive, 4 GPUs" in out
+    assert "vLLM serves Qwen/Qwen3.5-397B-A17B-FP8 on http://" in out
+    assert "Smoke answer: This is the dgxspark lab stand-in for vLLM 0.33.0" in out
+    assert 'Authorization: Bearer $(cat ' in out
+    assert out.rindex("healthy") > out.rindex("Smoke answer")
+    for node in ("spark-alpha", "spark-beta", "spark-gamma", "spark-delta"):
+        assert node in deployed["containers"] and RAY in deployed["containers"][node]
+    assert VLLM in deployed["containers"]["spark-alpha"]
+
+
+def test_second_deploy_changes_and_restarts_nothing(lab, deployed):
+    rc, out = deploy(lab)
+    assert rc == 0, out[-4000:]
+    counts = recap(out)
+    assert all(c["changed"] == 0 and c["failed"] == 0 for c in counts.values()), counts
+    assert containers(lab) == deployed["containers"]
+
+
+def test_check_diff_on_the_converged_cluster_changes_nothing(lab, deployed):
+    rc, out = deploy(lab, "--check", "--diff")
+    assert rc == 0, out[-4000:]
+    assert all(c["changed"] == 0 for c in recap(out).values()), recap(out)
+    assert containers(lab) == deployed["containers"]
+
+
+def test_changed_vllm_option_restarts_vllm_only(lab, deployed):
+    before = containers(lab)
+    try:
+        rc, out = deploy(lab, "--tags", "vllm", *extra_vars(vllm_container_extra_args={"max_num_seqs": 64}))
+        assert rc == 0, out[-4000:]
+        after = containers(lab)
+        assert after["spark-alpha"][VLLM] != before["spark-alpha"][VLLM]
+        assert dict((n, c[RAY]) for n, c in after.items()) == dict((n, c[RAY]) for n, c in before.items())
+        assert "--max-num-seqs" in lab.host("spark-alpha").check_output("docker inspect --format '{{json .Args}}' %s" % VLLM)
+    finally:
+        rc, out = deploy(lab, "--tags", "vllm")
+        assert rc == 0, out[-4000:]
+
+
+def test_changed_nccl_transport_recreates_the_ray_containers(lab, deployed):
+    before = containers(lab)
+    try:
+        rc, out = deploy(lab, "--tags", "ray,vllm", "-e", "dgxspark_nccl_transport=socket")
+        assert rc == 0, out[-4000:]
+        after = containers(lab)
+        for node in lab.nodes:
+            assert after[node][RAY][0] != before[node][RAY][0], node
+            env = lab.host(node).check_output("docker inspect --format '{{json .Config.Env}}' %s" % RAY)
+            assert "NCCL_IB_DISABLE=1" in env and "NCCL_IB_HCA=" not in env
+        assert after["spark-alpha"][VLLM][1] != before["spark-alpha"][VLLM][1]
+    finally:
+        rc, out = deploy(lab, "--tags", "ray,vllm")
+        assert rc == 0, out[-4000:]
+
+
+def test_hang_at_shard_trips_the_stall_watchdog(lab, deployed):
+    try:
+        rc, out = deploy(lab, "--tags", "vllm", *extra_vars(vllm_container_extra_env={"DGXSPARK_LAB_HANG_AT_SHARD": "2"},
+                                                           vllm_container_stall_timeout=25, vllm_container_ready_timeout=300,
+                                                           vllm_container_progress_interval=5))
+        assert rc != 0
+        failure = out[out.index("Wait for vLLM to load the model"):]
+        assert "2/4" in failure and "spark-alpha" in failure
+        assert "futex_wait" in failure and "vllm_container_stall_timeout" in failure
+    finally:
+        rc, out = deploy(lab, "--tags", "vllm")
+        assert rc == 0, out[-4000:]
+
+
+def test_flag_vllm_rejects_fails_fast_with_its_message(lab, deployed):
+    try:
+        rc, out = deploy(lab, "--tags", "vllm", *extra_vars(vllm_container_extra_args={"quantization": "nvfp4"}))
+        assert rc != 0
+        assert "Unknown quantization method: nvfp4" in out
+        assert "stall" not in out[out.index("Wait for vLLM to load the model"):].split("PLAY RECAP")[0].lower()
+    finally:
+        rc, out = deploy(lab, "--tags", "vllm")
+        assert rc == 0, out[-4000:]
+
+
+def test_image_missing_on_one_node_fails_before_any_container_changes(lab, deployed):
+    image = lab.state()["serving_image"]
+    before = containers(lab)
+    lab.host("spark-delta").run_expect([0], "docker image rm --force %s" % image)
+    try:
+        rc, out = deploy(lab, "--tags", "ray,vllm", "-e", "dgxspark_nccl_transport=socket")
+        assert rc != 0
+        assert "The serving image %s is missing on spark-delta; no container was changed on any node" % image in out
+        assert containers(lab) == before
+    finally:
+        lab.labctl("serving", "spark-delta")

@@ -1,0 +1,103 @@
+"""Phase stamps: canonical digests, watch validation, the real `ip -j` and `docker inspect` shapes, and the verdicts."""
+import json
+import os
+
+import pytest
+
+from ansible_collections.dgxspark.cluster.plugins.module_utils.phase_state import (
+    PhaseStateError,
+    code_digest,
+    compare,
+    container_state,
+    digest,
+    interface_state,
+    make_stamp,
+    validate_phase,
+    validate_watch,
+)
+
+# `ip -j addr show dev enp1s0f1np1` on a configured lab node (iproute2 6.1, bookworm).
+IP_JSON = json.dumps([{
+    "ifindex": 7, "ifname": "enp1s0f1np1", "flags": ["BROADCAST", "MULTICAST", "UP", "LOWER_UP"], "mtu": 9000, "qdisc": "noqueue",
+    "operstate": "UP", "group": "default", "txqlen": 1000, "link_type": "ether", "address": "02:42:ac:1f:f0:0a",
+    "addr_info": [{"family": "inet", "local": "192.168.100.10", "prefixlen": 24, "broadcast": "192.168.100.255", "scope": "global",
+                   "label": "enp1s0f1np1", "valid_life_time": 4294967295, "preferred_life_time": 4294967295},
+                  {"family": "inet6", "local": "fe80::42:acff:fe1f:f00a", "prefixlen": 64, "scope": "link",
+                   "valid_life_time": 4294967295, "preferred_life_time": 4294967295}]}])
+# `docker inspect dgxspark-ray` (trimmed to the fields read).
+INSPECT = {"Id": "4f1c0e", "Name": "/dgxspark-ray", "Image": "sha256:aa11", "RestartCount": 0,
+           "State": {"Status": "running", "Running": True, "Restarting": False, "ExitCode": 0}}
+OBSERVED = {"files": {"/etc/dgxspark/secrets/ray_token": {"sha256": "ab", "mode": "600", "uid": 0, "gid": 0}},
+            "interfaces": {}, "containers": {"dgxspark-ray": container_state(INSPECT)}, "sysctls": {}}
+
+
+def test_digest_is_canonical():
+    assert digest({"b": 1, "a": [1, 2]}) == digest({"a": [1, 2], "b": 1})
+    assert digest({"a": 1}) != digest({"a": "1"})
+
+
+def test_interface_state_keeps_what_counts():
+    assert interface_state(IP_JSON) == {"operstate": "UP", "mtu": 9000, "addresses": ["192.168.100.10/24"]}
+    assert interface_state("[]") is None
+
+
+def test_container_state():
+    assert container_state(INSPECT) == {"id": "4f1c0e", "image": "sha256:aa11", "running": True, "restart_count": 0}
+    assert container_state(None) is None
+
+
+@pytest.mark.parametrize("stamp, inputs, observed, converged, reason", [
+    (None, "d1", OBSERVED, False, "no record that phase ray converged on this node"),
+    (make_stamp("ray", "d1", OBSERVED), "d1", OBSERVED, True, "phase ray converged before with the same inputs"),
+    (make_stamp("ray", "d0", OBSERVED), "d1", OBSERVED, False, "the inputs of phase ray changed"),
+    (make_stamp("os", "d1", OBSERVED), "d1", OBSERVED, False, "from another version of the collection"),
+    (dict(make_stamp("ray", "d1", OBSERVED), version=0), "d1", OBSERVED, False, "from another version of the collection"),
+    (make_stamp("ray", "d1", OBSERVED), "d1",
+     dict(OBSERVED, containers={"dgxspark-ray": dict(container_state(INSPECT), restart_count=1)}), False,
+     "what phase ray left on this node changed since it converged (containers)"),
+    (make_stamp("ray", "d1", OBSERVED), "d1", dict(OBSERVED, files={"/etc/dgxspark/secrets/ray_token": None}), False,
+     "changed since it converged (files)"),
+])
+def test_compare(stamp, inputs, observed, converged, reason):
+    verdict, why = compare(stamp, "ray", inputs, observed)
+    assert verdict is converged
+    assert reason in why
+
+
+@pytest.mark.parametrize("watch, message", [
+    ("files", "watch must be a mapping"),
+    ({"volumes": []}, "watch has unknown kind(s) volumes"),
+    ({"files": "/etc/x"}, "watch.files must be a list of names"),
+    ({"files": ["etc/x"]}, "watch.files has 'etc/x'; give an absolute path."),
+    ({"containers": [""]}, "watch.containers has ''"),
+])
+def test_bad_watch(watch, message):
+    with pytest.raises(PhaseStateError) as err:
+        validate_watch(watch)
+    assert message in str(err.value)
+
+
+def test_watch_is_sorted_and_complete():
+    assert validate_watch({"containers": ["b", "a", "a"]}) == {"files": [], "interfaces": [], "containers": ["a", "b"], "sysctls": []}
+
+
+@pytest.mark.parametrize("phase", ["Ray", "", None, "ray/../x"])
+def test_bad_phase(phase):
+    with pytest.raises(PhaseStateError):
+        validate_phase(phase)
+
+
+def test_code_digest_follows_content_and_names(tmp_path):
+    (tmp_path / "roles" / "r" / "tasks").mkdir(parents=True)
+    main = tmp_path / "roles" / "r" / "tasks" / "main.yml"
+    main.write_text("a\n")
+    first = code_digest(str(tmp_path), ["roles/r"])
+    assert code_digest(str(tmp_path), ["roles/r"]) == first
+    (tmp_path / "roles" / "r" / "tasks" / "__pycache__").mkdir()
+    (tmp_path / "roles" / "r" / "tasks" / "__pycache__" / "x.pyc").write_bytes(b"\0")
+    assert code_digest(str(tmp_path), ["roles/r"]) == first
+    main.write_text("b\n")
+    assert code_digest(str(tmp_path), ["roles/r"]) != first
+    with pytest.raises(PhaseStateError, match="does not exist"):
+        code_digest(str(tmp_path), ["roles/missing"])
+    assert os.path.exists(main)

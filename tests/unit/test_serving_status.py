@@ -1,0 +1,269 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Tests for the serving status table (playbooks/status.yml) and its problems."""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import json
+import pathlib
+
+import pytest
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.dgxspark.cluster.plugins.filter.serving_status import FilterModule
+from ansible_collections.dgxspark.cluster.plugins.module_utils.ray_membership import ray_membership
+from ansible_collections.dgxspark.cluster.plugins.module_utils.serving_status import ServingStatusError, build_serving_status
+from ansible_collections.dgxspark.cluster.plugins.module_utils.vllm_progress import container_state, missing_container
+
+FIXTURES = pathlib.Path(__file__).parent / 'fixtures'
+HOSTS = ['spark-alpha', 'spark-beta', 'spark-gamma', 'spark-delta']
+NOW = '2026-11-23T19:18:00Z'  # 2h03m after the containers started
+STARTED = '2026-11-23T17:14:36.512345678Z'
+
+CRASH = [
+    '(EngineCore_DP0 pid=312) ERROR 11-23 17:15:04 [core.py:708] EngineCore failed to start.',
+    '(EngineCore_DP0 pid=312) ERROR 11-23 17:15:04 [core.py:708] ValueError: Unknown quantization method: nvfp4.',
+    '(APIServer pid=1) RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}',
+]
+
+
+def plan():
+    return {
+        'head': 'spark-alpha',
+        'hf_repo': 'Qwen/Qwen3-235B-A22B-FP8',
+        'nodes': [{'host': HOSTS[i], 'rank': i, 'role': 'head' if i == 0 else 'worker',
+                   'rail_addresses': {'rail1': '192.168.100.%d' % (10 + i), 'rail2': '192.168.101.%d' % (10 + i)}} for i in range(4)],
+        'rails': [{'name': 'rail1', 'interface': 'enp1s0f1np1'}, {'name': 'rail2', 'interface': 'enP2p1s0f1np1'}],
+    }
+
+
+def container(name='dgxspark-ray', **changes):
+    state = container_state((FIXTURES / 'vllm_progress' / 'docker_inspect_running.json').read_text(encoding='utf-8'))
+    state['name'] = name
+    state['started_at'] = STARTED
+    state.update(changes)
+    return state
+
+
+def ray_probe(**changes):
+    return {'container': container(**changes), 'logs': [], 'progress': None, 'health': None, 'models': None, 'chat': None}
+
+
+def vllm_probe(**changes):
+    result = {'container': container('dgxspark-vllm'), 'url': 'http://127.0.0.1:8000', 'logs': [], 'progress': None,
+              'health': {'status': 200, 'error': None}, 'models': ['qwen3'], 'models_status': 200, 'models_error': None,
+              'unauthorized_status': 401, 'chat': {'status': 200, 'content': 'I am Qwen3, a large language model.', 'error': None}}
+    result.update(changes)
+    return result
+
+
+def membership(name='four_alive.json'):
+    return ray_membership(json.loads((FIXTURES / 'ray_membership' / name).read_text(encoding='utf-8')), plan())
+
+
+def healthy():
+    return dict(plan=plan(), probes=dict((h, ray_probe()) for h in HOSTS), vllm=vllm_probe(), membership=membership(), unreachable=[],
+                now=NOW, served_model_name='qwen3')
+
+
+def test_healthy_cluster_table():
+    status = build_serving_status(**healthy())
+    assert status['ok'] is True
+    assert status['problems'] == []
+    assert status['table'] == [
+        'node         rank  role    ray container  Ray           vLLM health  served model  uptime',
+        '-----------  ----  ------  -------------  ------------  -----------  ------------  ------',
+        'spark-alpha  0     head    running        alive, 1 GPU  200          qwen3         2h03m',
+        'spark-beta   1     worker  running        alive, 1 GPU  -            -             2h03m',
+        'spark-gamma  2     worker  running        alive, 1 GPU  -            -             2h03m',
+        'spark-delta  3     worker  running        alive, 1 GPU  -            -             2h03m',
+        'Ray: 4/4 nodes alive, 4 GPUs',
+        'vLLM: container dgxspark-vllm on spark-alpha running; /health 200; model qwen3; chat answered: I am Qwen3, a large language model.; '
+        'up 2h03m',
+    ]
+    assert status['rows'][1] == {'host': 'spark-beta', 'rank': 1, 'role': 'worker', 'ray_container': 'running', 'ray': 'alive, 1 GPU',
+                                 'vllm_health': '-', 'served_model': '-', 'uptime': '2h03m'}
+
+
+def _change(case):
+    inputs = healthy()
+    case(inputs)
+    return inputs
+
+
+@pytest.mark.parametrize('case, cells, phrases', [
+    # A worker's Ray container exited: its row, the Ray membership, the problem with exit code and error lines.
+    (lambda i: (i['probes'].update({'spark-delta': dict(
+        ray_probe(status='exited', running=False, exit_code=137, oom_killed=True, finished_at='2026-11-23T18:00:00Z'),
+        logs=[{'ts': None, 'line': 'Killed'}])}), i.update(membership=membership('delta_dead.json'))),
+     {'spark-delta': ('exited (exit 137)', 'dead', '-')},
+     ['The Ray container dgxspark-ray on spark-delta is not running (status exited, exit code 137, killed for lack of memory (OOMKilled)',
+      'Its last error lines:\n  | Killed', 'spark-delta (rank 3, 192.168.100.13) left the Ray cluster']),
+    # Restarted by Docker since it was created, running again.
+    (lambda i: i['probes'].update({'spark-beta': ray_probe(restart_count=2)}),
+     {'spark-beta': ('running, 2 restarts', 'alive, 1 GPU', '2h03m')},
+     ['The Ray container dgxspark-ray on spark-beta was restarted 2 times by Docker since it was created']),
+    # Missing container, node not probed, unreachable node.
+    (lambda i: i['probes'].update({'spark-gamma': {'container': missing_container(), 'logs': []}}),
+     {'spark-gamma': ('missing', 'alive, 1 GPU', '-')},
+     ['The Ray container does not exist on spark-gamma: start the cluster with the serving role.']),
+    (lambda i: i['probes'].pop('spark-gamma'),
+     {'spark-gamma': ('not probed', 'alive, 1 GPU', '-')},
+     ['The Ray container of spark-gamma was not probed']),
+    (lambda i: (i['probes'].pop('spark-beta'), i.update(unreachable=['spark-beta'], membership=membership('delta_never_joined.json'))),
+     {'spark-beta': ('unreachable', 'alive, 1 GPU', '-'), 'spark-delta': ('running', 'missing', '2h03m')},
+     ['spark-beta could not be reached by Ansible', 'spark-delta (rank 3, 192.168.100.13) is not in the Ray cluster']),
+    # The head could not be asked for the Ray nodes.
+    (lambda i: i.update(membership=None),
+     {'spark-alpha': ('running', '?', '2h03m')},
+     ['The Ray membership is unknown: the Ray node list could not be read on the head (spark-alpha)']),
+    (lambda i: i.update(membership=membership('beta_management_port.json')),
+     {'spark-beta': ('running', 'missing', '2h03m')},
+     ['Ray node spark-beta joined with address 10.20.0.11']),
+])
+def test_ray_problems(case, cells, phrases):
+    status = build_serving_status(**_change(case))
+    assert status['ok'] is False
+    rows = dict((r['host'], (r['ray_container'], r['ray'], r['uptime'])) for r in status['rows'])
+    for host, expected in cells.items():
+        assert rows[host] == expected, host
+    text = '\n'.join(status['problems'])
+    for phrase in phrases:
+        assert phrase in text, phrase
+
+
+@pytest.mark.parametrize('vllm, health, model, phrases', [
+    (vllm_probe(health={'status': 503, 'error': 'HTTP 503: '}), '503', 'qwen3',
+     ['vLLM /health on spark-alpha (http://127.0.0.1:8000) answers HTTP 503: the engine is not healthy']),
+    (vllm_probe(health={'status': None, 'error': 'no answer from http://127.0.0.1:8000/health: [Errno 111] Connection refused'}, models=None,
+                models_status=None, chat=None, unauthorized_status=None), 'no answer', '-',
+     ['does not answer (no answer from http://127.0.0.1:8000/health: [Errno 111] Connection refused): the server is not up']),
+    (vllm_probe(models=['Qwen/Qwen3-235B-A22B-FP8']), '200', 'Qwen/Qwen3-235B-A22B-FP8 (expected qwen3)',
+     ['lists Qwen/Qwen3-235B-A22B-FP8 in /v1/models, not qwen3']),
+    (vllm_probe(models=None, models_status=401, models_error='HTTP 401: {"error": "Unauthorized"}'), '200', '-',
+     ['/v1/models on spark-alpha did not answer a list (HTTP 401, HTTP 401: {"error": "Unauthorized"}): check the API key']),
+    (vllm_probe(chat={'status': 500, 'content': None, 'error': 'HTTP 500: {"error": "EngineDeadError"}'}), '200', 'qwen3',
+     ['A chat completion on spark-alpha failed (HTTP 500: {"error": "EngineDeadError"})']),
+    (vllm_probe(unauthorized_status=200), '200', 'qwen3', ['answers HTTP 200, not 401: the server does not enforce the key']),
+    (None, '-', '-', ['vLLM on the head (spark-alpha) was not probed']),
+    (vllm_probe(container=missing_container()), 'no container', '-', ['The vLLM container does not exist on the head (spark-alpha)']),
+])
+def test_vllm_problems(vllm, health, model, phrases):
+    inputs = healthy()
+    inputs['vllm'] = vllm
+    status = build_serving_status(**inputs)
+    assert status['ok'] is False
+    head = status['rows'][0]
+    assert (head['vllm_health'], head['served_model']) == (health if vllm is not None else 'not probed', model)
+    text = '\n'.join(status['problems'])
+    for phrase in phrases:
+        assert phrase in text, phrase
+
+
+@pytest.mark.parametrize('changes', [
+    dict(status='restarting', running=False, restarting=True, exit_code=1, restart_count=5),
+    dict(restart_count=3),
+])
+def test_vllm_crash_loop_quotes_the_error_lines(changes):
+    inputs = healthy()
+    inputs['vllm'] = vllm_probe(container=container('dgxspark-vllm', **changes), logs=[{'ts': None, 'line': line} for line in CRASH],
+                                health={'status': None, 'error': 'no answer'}, models=None, chat=None)
+    status = build_serving_status(**inputs)
+    text = '\n'.join(status['problems'])
+    assert 'The vLLM container dgxspark-vllm on spark-alpha is in a crash loop: Docker restarted it %d times' % changes['restart_count'] in text
+    assert '  | (EngineCore_DP0 pid=312) ERROR 11-23 17:15:04 [core.py:708] ValueError: Unknown quantization method: nvfp4.' in text
+    assert 'Engine core initialization failed' in text
+
+
+def test_unreachable_head_makes_vllm_unknown_not_a_second_problem():
+    inputs = healthy()
+    inputs.update(unreachable=['spark-alpha'], vllm=None, membership=None)
+    inputs['probes'].pop('spark-alpha')
+    status = build_serving_status(**inputs)
+    assert status['problems'] == ['spark-alpha could not be reached by Ansible: its Ray and vLLM state is unknown; check that the node is up '
+                                  'and that SSH to it works.']
+    assert status['table'][-2:] == ['Ray: membership unknown', 'vLLM: unknown (spark-alpha unreachable)']
+    assert status['rows'][0]['ray_container'] == 'unreachable'
+
+
+@pytest.mark.parametrize('now', [
+    NOW, 1795461480, 1795461480.0, datetime.datetime(2026, 11, 23, 19, 18, 0),
+    datetime.datetime(2026, 11, 23, 20, 18, 0, tzinfo=datetime.timezone(datetime.timedelta(hours=1))),
+])
+def test_now_forms(now):
+    inputs = healthy()
+    inputs['now'] = now
+    assert build_serving_status(**inputs)['rows'][0]['uptime'] == '2h03m'
+
+
+@pytest.mark.parametrize('result, phrase', [
+    ({}, 'The Ray container of spark-gamma was not probed: check'),
+    (None, 'The Ray container of spark-gamma was not probed: check'),
+    ({'changed': False, 'skipped': True, 'skip_reason': 'Conditional result was False'}, 'was not probed (the probe was skipped)'),
+    ({'failed': True, 'msg': '`docker inspect dgxspark-ray` failed (rc 1): permission denied while trying to connect to the Docker daemon'},
+     'was not probed (the probe failed: `docker inspect dgxspark-ray` failed (rc 1): permission denied'),
+])
+def test_probe_results_that_did_not_run(result, phrase):
+    """status.yml passes {} (default) for a node that was not reached, and skipped or failed task results as they come."""
+    inputs = healthy()
+    inputs['probes']['spark-gamma'] = result
+    status = build_serving_status(**inputs)
+    assert status['rows'][2]['ray_container'] == 'not probed'
+    assert phrase in '\n'.join(status['problems'])
+
+
+def test_failed_vllm_probe():
+    inputs = healthy()
+    inputs['vllm'] = {'failed': True, 'msg': 'api_key_file /etc/dgxspark/secrets/vllm_api_key cannot be read (FileNotFoundError)'}
+    problems = build_serving_status(**inputs)['problems']
+    assert problems == ['vLLM on the head (spark-alpha) was not probed (the probe failed: api_key_file /etc/dgxspark/secrets/vllm_api_key '
+                        'cannot be read (FileNotFoundError)): start it with the serving role, or check why the status playbook could not '
+                        'probe it.']
+
+
+@pytest.mark.parametrize('source', ['result', 'invocation'])
+def test_served_model_name_from_the_probe(source):
+    inputs = healthy()
+    inputs.pop('served_model_name')
+    inputs['vllm'] = vllm_probe(models=['Qwen/Qwen3-235B-A22B-FP8'])
+    if source == 'result':
+        inputs['vllm']['served_model_name'] = 'qwen3'
+    else:
+        inputs['vllm']['invocation'] = {'module_args': {'container': 'dgxspark-vllm', 'served_model_name': 'qwen3',
+                                                        'api_key_file': 'VALUE_SPECIFIED_IN_NO_LOG_PARAMETER'}}
+    status = build_serving_status(**inputs)
+    assert status['rows'][0]['served_model'] == 'Qwen/Qwen3-235B-A22B-FP8 (expected qwen3)'
+
+
+def test_served_model_name_default_accepts_any_model():
+    inputs = healthy()
+    inputs.pop('served_model_name')
+    inputs['vllm'] = vllm_probe(models=['anything'])
+    assert build_serving_status(**inputs)['ok'] is True
+
+
+@pytest.mark.parametrize('changes, match', [
+    (dict(plan={'nodes': 'x'}), 'cluster plan'),
+    (dict(probes=['x']), 'probes'),
+    (dict(probes={'spark-alpha': {'logs': []}}), 'serving_probe'),
+    (dict(probes={'spark-alpha': 'running'}), 'serving_probe'),
+    (dict(membership={'ok': True}), 'membership'),
+    (dict(now='yesterday'), 'now'),
+    (dict(now=True), 'now'),
+])
+def test_rejects(changes, match):
+    inputs = healthy()
+    inputs.update(changes)
+    with pytest.raises(ServingStatusError, match=match):
+        build_serving_status(**inputs)
+
+
+def test_filter():
+    status_filter = FilterModule().filters()['serving_status']
+    inputs = healthy()
+    status = status_filter(inputs['plan'], inputs['probes'], inputs['vllm'], inputs['membership'], [], now=NOW, served_model_name='qwen3')
+    assert status['ok'] is True
+    with pytest.raises(AnsibleFilterError, match='^serving_status: '):
+        status_filter(copy.deepcopy(inputs['plan']), ['x'])
