@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: dgxspark.cluster contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The cx7_netplan_config filter: one node's CX-7 rail netplan configuration and checks (documented in cx7_netplan_config.yml)."""
+"""Filters of the cx7_netplan role: one node's CX-7 rail netplan configuration and checks, and the data the role gathers across
+nodes (each documented in its sidecar .yml: cx7_netplan_config.yml, cx7_netplan_by_host.yml, ...)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,15 @@ import yaml
 from ansible.errors import AnsibleFilterError
 from ansible_collections.dgxspark.cluster.plugins.module_utils.netplan import (
     NetplanConfigError,
+    by_host,
+    changed_hosts,
     drift,
     fabric_problems,
+    file_state,
+    generate_rejections,
     node_config,
     preflight_problems,
+    preflight_summary,
 )
 
 
@@ -41,8 +47,8 @@ def _parse_netplan_files(files):
 
 
 def cx7_netplan_config(plan, host, mtu=None, renderer=None, routes=None, optional=True, observed=None, netplan_files=None,
-                       facts=None, fabric_results=None):
-    """The node's rail configuration; with observed/netplan_files also ``problems``, with facts also ``drift``,
+                       facts=None, probe=None, fabric_results=None):
+    """The node's rail configuration; with observed/netplan_files also ``problems``, with facts and/or probe also ``drift``,
     with fabric_results also ``fabric_problems``. See plugins/module_utils/netplan.py."""
     try:
         config = node_config(plan, host, mtu=mtu, renderer=renderer, routes=routes, optional=optional)
@@ -50,15 +56,64 @@ def cx7_netplan_config(plan, host, mtu=None, renderer=None, routes=None, optiona
         raise AnsibleFilterError('cx7_netplan_config: %s' % exc) from exc
     if observed is not None or netplan_files is not None:
         config['problems'] = preflight_problems(config, observed, _parse_netplan_files(netplan_files))
-    if facts is not None:
-        config['drift'] = drift(config, facts)
+    if facts is not None or probe is not None:
+        config['drift'] = drift(config, facts or {}, probe)
     if fabric_results is not None:
         config['fabric_problems'] = fabric_problems(fabric_results, plan)
     return config
+
+
+def cx7_netplan_by_host(hostvars, hosts, name):
+    """{host: that host's variable ``name``} for the hosts that have it."""
+    try:
+        return by_host(hostvars, hosts, name)
+    except (TypeError, AttributeError) as exc:
+        raise AnsibleFilterError('cx7_netplan_by_host needs hostvars, a list of hosts and a variable name: %s' % exc) from exc
+
+
+def cx7_netplan_changed_hosts(hostvars, hosts, names):
+    """The hosts on which any of the registered results ``names`` changed something."""
+    try:
+        return changed_hosts(hostvars, hosts, names)
+    except (TypeError, AttributeError) as exc:
+        raise AnsibleFilterError('cx7_netplan_changed_hosts needs hostvars, a list of hosts and result names: %s' % exc) from exc
+
+
+def cx7_netplan_preflight_summary(problems_by_host, plan):
+    """Every preflight problem of the cluster, the nodes missing from the play first."""
+    try:
+        return preflight_summary(problems_by_host, plan)
+    except (TypeError, AttributeError) as exc:
+        raise AnsibleFilterError('cx7_netplan_preflight_summary needs host -> problems and the cluster plan: %s' % exc) from exc
+
+
+def cx7_netplan_rejections(results_by_host):
+    """``host: message`` for every node whose netplan generate failed."""
+    try:
+        return generate_rejections(results_by_host)
+    except (TypeError, AttributeError) as exc:
+        raise AnsibleFilterError('cx7_netplan_rejections needs host -> command result: %s' % exc) from exc
+
+
+def cx7_netplan_file_state(stat_result, content, mode, owner='root', group='root', current=None):
+    """Whether a file the role owns must be written and read, and its previous content."""
+    try:
+        return file_state(stat_result, content, mode, owner=owner, group=group, current=current)
+    except NetplanConfigError as exc:
+        raise AnsibleFilterError('cx7_netplan_file_state: %s' % exc) from exc
+    except (TypeError, AttributeError) as exc:
+        raise AnsibleFilterError('cx7_netplan_file_state needs an ansible.builtin.stat result, the content and the mode: %s' % exc) from exc
 
 
 class FilterModule:
     """Filters for the CX-7 rail netplan configuration."""
 
     def filters(self):
-        return {'cx7_netplan_config': cx7_netplan_config}
+        return {
+            'cx7_netplan_config': cx7_netplan_config,
+            'cx7_netplan_by_host': cx7_netplan_by_host,
+            'cx7_netplan_changed_hosts': cx7_netplan_changed_hosts,
+            'cx7_netplan_preflight_summary': cx7_netplan_preflight_summary,
+            'cx7_netplan_rejections': cx7_netplan_rejections,
+            'cx7_netplan_file_state': cx7_netplan_file_state,
+        }

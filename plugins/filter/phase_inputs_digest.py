@@ -8,10 +8,9 @@ from __future__ import annotations
 import os
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.dgxspark.cluster.plugins.module_utils import phase_state
 from ansible_collections.dgxspark.cluster.plugins.module_utils.phase_state import PhaseStateError, code_digest, digest
 
-#: The collection's root: plugins/filter/<this file> is two levels below it.
-COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 #: Code every phase runs: the plugins, and the model profiles the plan reads.
 ALWAYS = ('plugins', 'profiles')
 _CACHE = {}
@@ -22,7 +21,9 @@ def phase_inputs_digest(data, code_paths=None):
     paths = tuple(sorted(set(list(code_paths or []) + list(ALWAYS))))
     try:
         if paths not in _CACHE:
-            _CACHE[paths] = code_digest(COLLECTION_ROOT, paths)
+            # The collection's root: plugins/module_utils/phase_state.py is two levels below it.
+            root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(phase_state.__file__))))
+            _CACHE[paths] = code_digest(root, paths)
         return digest({'data': data, 'code': _CACHE[paths]})
     except (PhaseStateError, OSError, TypeError, ValueError) as exc:
         raise AnsibleFilterError('phase_inputs_digest: %s' % exc) from exc

@@ -2,10 +2,11 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Netplan configuration of the CX-7 rails of one node: render, validate, preflight and post-change checks.
 
-Pure logic (no host is contacted), used by the filter ``dgxspark.cluster.cx7_netplan_config`` and the role
+Pure logic (no host is contacted), used by the filters of ``plugins/filter/cx7_netplan_config.py`` and the role
 ``dgxspark.cluster.cx7_netplan``. Inputs are the cluster plan (``dgxspark.cluster.cluster_plan``), the role's
 variables and, for the checks, what the nodes report (``ansible.builtin.setup`` network facts and
-``dgxspark.cluster.cx7_facts``).
+``dgxspark.cluster.cx7_facts`` before the change; ``dgxspark.cluster.cx7_facts`` and ``dgxspark.cluster.fabric_probe``
+after it).
 
 The netplan file holds one ``ethernets`` entry per rail: the address from the plan, the MTU, no DHCP, no
 IPv4/IPv6 link-local addresses, no router advertisements, and optional routes. The renderer, when one is
@@ -15,9 +16,14 @@ other netplan file, management interface included).
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
 import ipaddress
 import json
 import re
+
+from ansible_collections.dgxspark.cluster.plugins.module_utils.fabric import SMALL_PING_PAYLOAD, ping_ok
 
 RENDERERS = ('networkd', 'NetworkManager')
 MTU_MIN = 1280
@@ -334,11 +340,13 @@ def _setup_cidr(entry):
     return '%s/%s' % (address, prefix) if prefix not in (None, '') else '%s/32' % address
 
 
-def observed_interfaces(facts):
-    """{name: {ipv4: [cidr], ipv6: [address], mtu, state, operstate, cx7}} from setup network facts and cx7_facts.
+def observed_interfaces(facts, probe=None):
+    """{name: {ipv4: [cidr], ipv6: [address], mtu, state, operstate, cx7}} from setup network facts, cx7_facts and fabric_probe.
 
     A cx7_facts record (RDMA netdev) wins for state and MTU, its IPv4 addresses come first (both sources are kept);
-    ``state`` is Up/Down from the carrier there, None for an interface that only ``setup`` knows.
+    ``state`` is Up/Down from the carrier there, None for an interface that only ``setup`` knows. ``probe`` (the ``rails``
+    result of dgxspark.cluster.fabric_probe, read last) wins for the addresses and MTU of the interfaces it read, and an
+    interface it found missing is gone.
     """
     facts = facts or {}
     result = {}
@@ -364,6 +372,19 @@ def observed_interfaces(facts):
         if device.get('mtu') is not None:
             item['mtu'] = device.get('mtu')
         item['ipv4'] = list(device.get('ipv4') or []) + [a for a in item['ipv4'] if a not in (device.get('ipv4') or [])]
+    for rail in (probe or {}).values():
+        if not isinstance(rail, dict) or rail.get('probe_error') or not isinstance(rail.get('link'), dict) or not rail.get('interface'):
+            continue
+        name, link = rail['interface'], rail['link']
+        if not link.get('present'):
+            result.pop(name, None)
+            continue
+        item = result.setdefault(name, {'ipv4': [], 'ipv6': None, 'mtu': None, 'state': None, 'operstate': None, 'cx7': False})
+        item['ipv4'] = list(link.get('ipv4') or [])
+        if link.get('mtu') is not None:
+            item['mtu'] = link['mtu']
+        if link.get('ipv6') is not None:
+            item['ipv6'] = list(link['ipv6'])
     return result
 
 
@@ -489,10 +510,14 @@ def preflight_problems(config, observed, netplan_files=None):
     return problems
 
 
-def drift(config, facts):
-    """How the node's rails differ from the configuration: missing address, wrong MTU, no carrier, IPv6 still on."""
+def drift(config, facts, probe=None):
+    """How the node's rails differ from the configuration: missing address, wrong MTU, no carrier, IPv6 still on.
+
+    ``facts``: ansible_facts with ``cx7`` (and setup network facts); ``probe``: the ``rails`` result of fabric_probe (see
+    observed_interfaces). After a change, give only what was read after it (cx7_facts and fabric_probe).
+    """
     host = config['host']
-    interfaces = observed_interfaces(facts)
+    interfaces = observed_interfaces(facts, probe)
     problems = []
     for rail in config['rails']:
         where = _where(host, rail)
@@ -511,40 +536,130 @@ def drift(config, facts):
     return problems
 
 
-def failed_pings(pings, payload=None):
-    """The failed peer pings among ansible.builtin.command loop results (item = a peer of node_config)."""
-    failures = []
-    for result in pings or []:
-        if not isinstance(result, dict) or result.get('skipped') or result.get('rc') == 0:
-            continue
-        peer = result.get('item') or {}
-        lines = [line.strip() for line in (str(result.get('stderr') or '') + '\n' + str(result.get('stdout') or '')).splitlines() if line.strip()]
-        picked = []
+# --------------------------------------------------------------------------------------------- post-change fabric check
+
+def _ping_reached(ping):
+    """A fabric_probe ping entry reached its peer: at least one reply (the parsed output), else exit status 0."""
+    if not isinstance(ping, dict):
+        return False
+    if isinstance(ping.get('parsed'), dict):
+        return ping_ok(ping['parsed'])
+    return ping.get('rc') == 0
+
+
+def _ping_evidence(pings):
+    """The telling lines of failed ping outputs (statistics, "ping:" errors), without repeats."""
+    picked = []
+    for ping in pings:
+        lines = [line.strip() for line in str(ping.get('output') or '').splitlines() if line.strip()]
         for line in [line for line in lines if 'packet loss' in line or 'ping:' in line or 'error' in line.lower()] or lines[-1:]:
             if line not in picked:
                 picked.append(line)
-        output = '; '.join(picked)
-        failures.append({'peer': peer.get('host'), 'rail': peer.get('rail'), 'interface': peer.get('interface'), 'address': peer.get('address'),
-                         'payload': payload, 'output': output or result.get('msg')})
+    return '; '.join(picked)
+
+
+def _jumbo_cause(host, interface, peer, jumbo, frame):
+    """Why DF jumbo pings fail while small ones pass, from what ping said."""
+    parsed = {}
+    for ping in jumbo:
+        parsed = ping.get('parsed') or parsed
+    if parsed.get('local_mtu'):
+        return ('the MTU of %s on %s is %s, smaller than the %s-byte frame: the rail MTU is not live on this node' % (
+            interface, host, parsed['local_mtu'], frame))
+    if parsed.get('frag_needed_mtu'):
+        return 'a hop on the path answered "Frag needed" with MTU %s: a switch or router of the rail has a smaller MTU' % parsed['frag_needed_mtu']
+    return ('a smaller MTU on the path drops the jumbo frames: a switch port of the rail (set MTU %s on every switch port of the rail) '
+            'or %s\'s %s' % (frame if frame == 9216 else '%s (or 9216)' % frame, peer, interface))
+
+
+def _unanswered_cause(host, interface, peer, address, parsed):
+    error = str(parsed.get('error') or '')
+    if 'Network is unreachable' in error:
+        return '%s has no route to %s on %s: its own rail address is missing or in another subnet' % (host, address, interface)
+    if parsed.get('unreachable') or 'No route to host' in error:
+        return ('no ARP reply from %s: its address %s is not up on the rail, or the cable or switch port between the nodes is down' % (
+            peer, address))
+    if error:
+        return 'ping could not run (%s)' % error
+    return ('%s does not answer: its rail address is not up, the two addresses are not in one subnet, or the link drops the traffic '
+            '(cabling, switch port)' % peer)
+
+
+def probe_failures(host, probe):
+    """The peers a node could not reach, from its fabric_probe ``rails`` result (rail name -> {interface, pings}).
+
+    One entry per peer and rail where the small or the don't-fragment jumbo ping got no reply: ``peer``, ``rail``, ``interface``,
+    ``address``, ``payload`` (of the jumbo ping), ``small`` / ``jumbo`` (reached or not) and ``problem``, the line for the report
+    (node, rail, interface, peer, what failed, likely cause, what ping said).
+    """
+    failures = []
+    for rail_name, rail in (probe or {}).items():
+        if not isinstance(rail, dict):
+            continue
+        interface = rail.get('interface')
+        peers = []
+        pings = {}
+        for ping in rail.get('pings') or []:
+            if not isinstance(ping, dict):
+                continue
+            key = (ping.get('peer'), ping.get('address'))
+            if key not in pings:
+                peers.append(key)
+                pings[key] = {}
+            pings[key].setdefault(ping.get('kind'), []).append(ping)
+        for peer, address in peers:
+            small, jumbo = pings[(peer, address)].get('small') or [], pings[(peer, address)].get('jumbo') or []
+            small_ok = bool(small) and all(_ping_reached(p) for p in small)
+            jumbo_ok = bool(jumbo) and all(_ping_reached(p) for p in jumbo)
+            if small_ok and jumbo_ok:
+                continue
+            small_payload = next((p.get('payload') for p in small if p.get('payload')), SMALL_PING_PAYLOAD)
+            payload = next((p.get('payload') for p in jumbo if p.get('payload')), None)
+            frame = (payload + 28) if isinstance(payload, int) else '?'
+            if small_ok:
+                what = 'unfragmented %s-byte pings (small %s-byte pings pass)' % (payload, small_payload)
+                cause = _jumbo_cause(host, interface, peer, jumbo, frame)
+            elif jumbo_ok:
+                what = 'small %s-byte pings (unfragmented %s-byte pings pass)' % (small_payload, payload)
+                cause = 'small pings are lost while jumbo pings pass: packet loss on the link (cable, transceiver or switch port)'
+            else:
+                what = 'small %s-byte pings or unfragmented %s-byte pings' % (small_payload, payload)
+                cause = _unanswered_cause(host, interface, peer, address, next((p.get('parsed') or {} for p in small + jumbo), {}))
+            evidence = _ping_evidence([p for p in (jumbo if small_ok else small) if not _ping_reached(p)])
+            failures.append({
+                'peer': peer, 'rail': rail_name, 'interface': interface, 'address': address, 'payload': payload,
+                'small': small_ok, 'jumbo': jumbo_ok,
+                'problem': '%s rail %s (%s): no reply from %s %s to %s; likely cause: %s%s' % (
+                    host, rail_name, interface, peer, address, what, cause, (' [ping: %s]' % evidence) if evidence else ''),
+            })
     return failures
+
+
+def probe_errors(host, probe):
+    """Rails a node's fabric_probe could not read (``probe_error``), as report lines."""
+    return ['%s rail %s (%s): the fabric probe could not read the interface: %s' % (host, name, rail.get('interface'), rail['probe_error'])
+            for name, rail in (probe or {}).items() if isinstance(rail, dict) and rail.get('probe_error')]
 
 
 def fabric_problems(results, plan):
     """Summary of the post-change check of every node.
 
-    ``results``: host -> {drift: [...], pings: [command loop results], payload: int} (or ``failed_pings`` already extracted).
-    Returns the problems, each naming the node and the rail, first the (node, rail) pairs that no peer could reach.
+    ``results``: host -> {drift: [...], probe: the ``rails`` result of dgxspark.cluster.fabric_probe (null when the fabric was
+    not probed)}. Returns the problems, each naming the node and the rail, first the (node, rail) pairs that no peer could
+    reach, then every drift, probe error and unreachable peer.
     """
     results = results or {}
     hosts = [n['host'] for n in plan.get('nodes', [])]
     problems = []
     failures = {}
+    errors = []
     for host in hosts:
         if host not in results:
             problems.append('%s: no post-change check result (the node failed earlier or is unreachable).' % host)
             continue
         result = results.get(host) or {}
-        failures[host] = list(result.get('failed_pings') or []) + failed_pings(result.get('pings'), result.get('payload'))
+        failures[host] = probe_failures(host, result.get('probe'))
+        errors.extend(probe_errors(host, result.get('probe')))
     unreachable = {}
     for host, items in failures.items():
         for failure in items:
@@ -555,16 +670,92 @@ def fabric_problems(results, plan):
             problems.append('%s rail %s: unreachable from every other node (%s).' % (peer, rail, ', '.join(sorted(sources))))
     pairs = set((h, r) for h in failures for r in set(f.get('rail') for items in failures.values() for f in items))
     if len(failures) > 1 and pairs and pairs <= set(unreachable) and not any((results.get(h) or {}).get('drift') for h in hosts):
-        payloads = [(results.get(h) or {}).get('payload') for h in hosts if (results.get(h) or {}).get('payload')]
-        mtu = (' (MTU %s)' % (int(payloads[0]) + 28)) if payloads else ''
+        payloads = [f['payload'] for h in hosts for f in failures.get(h, []) if isinstance(f.get('payload'), int)]
+        mtu = (' (MTU %s)' % (payloads[0] + 28)) if payloads else ''
         problems.append('No node reaches any other over the failing rails although every address and MTU is up: check the cabling and the switch, '
                         'and that the switch ports carry unfragmented frames of the rail MTU%s ("message too long" or lost jumbo pings mean a '
                         'smaller MTU on the path).' % mtu)
     for host in hosts:
         problems.extend((results.get(host) or {}).get('drift') or [])
+    problems.extend(errors)
     for host in hosts:
-        for failure in failures.get(host, []):
-            problems.append('%s rail %s (%s): no reply from %s %s to unfragmented %s-byte pings%s' % (
-                host, failure.get('rail'), failure.get('interface'), failure.get('peer'), failure.get('address'), failure.get('payload'),
-                (': ' + failure['output']) if failure.get('output') else '.'))
+        problems.extend(failure['problem'] for failure in failures.get(host, []))
     return problems
+
+
+# --------------------------------------------------------------------------------------------- the role's data across nodes
+# What the role's tasks hand to one filter each instead of computing it in Jinja. ``hostvars`` is Ansible's ``hostvars``
+# (or any mapping of host name to a mapping of that host's variables).
+
+def by_host(hostvars, hosts, name):
+    """{host: value of the variable ``name``} for each of ``hosts`` (in that order) that has it."""
+    result = {}
+    for host in hosts or []:
+        if host in hostvars and name in hostvars[host]:
+            result[host] = hostvars[host][name]
+    return result
+
+
+def changed_hosts(hostvars, hosts, names):
+    """The hosts (in the order of ``hosts``) on which any of the registered results ``names`` reports a change."""
+    names = [names] if isinstance(names, str) else list(names or [])
+    changed = []
+    for host in hosts or []:
+        results = [by_host(hostvars, [host], name).get(host) for name in names]
+        if any(isinstance(result, dict) and result.get('changed') for result in results):
+            changed.append(host)
+    return changed
+
+
+def preflight_summary(problems_by_host, plan):
+    """Every preflight problem of the cluster: first the nodes of the plan that are not in the play (their checks could not
+    run), then each node's problems (``problems_by_host``: host -> list, in the order of the play)."""
+    problems_by_host = problems_by_host or {}
+    missing = [n.get('host') for n in (plan or {}).get('nodes') or [] if n.get('host') not in problems_by_host]
+    summary = ['%s: not in this play or unreachable: run the network play on every node of the cluster at once (no --limit), so that '
+               'addresses can be checked across nodes and peers pinged.' % host for host in missing]
+    for problems in problems_by_host.values():
+        summary.extend(problems or [])
+    return summary
+
+
+def generate_rejections(results_by_host):
+    """``host: what netplan said`` for every node whose ``netplan generate`` (a command result) exited non-zero."""
+    lines = []
+    for host, result in (results_by_host or {}).items():
+        if not isinstance(result, dict) or result.get('rc') is None or result.get('rc') == 0:
+            continue
+        lines.append('%s: %s' % (host, str(result.get('stderr', '')).strip() or result.get('msg', '')))
+    return lines
+
+
+def file_state(stat_result, content, mode, owner='root', group='root', current=None):
+    """What writing ``content`` (owner, group, ``mode``) would do to a file, from its ansible.builtin.stat result.
+
+    Returns ``exists``; ``differs`` (the content differs, or there is no file); ``write`` (content, owner, group or mode differ:
+    copying would report a change); ``read`` (the file exists and its content differs: read it to back it up and to roll back to
+    it). With ``current`` (the ansible.builtin.slurp result of the file, read when ``read``) also ``previous``: the current
+    content, None when there is no file (for an unchanged content, the content itself).
+    """
+    stat = (stat_result or {}).get('stat') or {}
+    exists = bool(stat.get('exists'))
+    wanted = hashlib.sha1(str(content).encode('utf-8')).hexdigest()
+    differs = not exists or stat.get('checksum') != wanted
+    state = {
+        'exists': exists,
+        'differs': differs,
+        'write': differs or stat.get('pw_name') != owner or stat.get('gr_name') != group or stat.get('mode') != mode,
+        'read': exists and differs,
+    }
+    if current is not None:
+        if not exists:
+            state['previous'] = None
+        elif not differs:
+            state['previous'] = str(content)
+        else:
+            try:
+                state['previous'] = base64.b64decode((current or {})['content']).decode('utf-8')
+            except (KeyError, TypeError, binascii.Error, ValueError) as exc:
+                raise NetplanConfigError(['%s changed while it was read, or could not be read: run the play again.' % (
+                    stat.get('path') or 'the current file')]) from exc
+    return state

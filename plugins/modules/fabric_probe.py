@@ -30,6 +30,7 @@ options:
     description:
       - The other nodes, each a dict with C(host) and C(rail_addresses) (rail name to IPv4 address), as in the C(nodes) of the cluster
         plan; other keys are ignored. An entry whose C(host) is O(host) is skipped.
+      - Without peers only the interfaces are read (and C(ping) is not needed).
     type: list
     elements: dict
     default: []
@@ -70,7 +71,7 @@ attributes:
     support: full
     platforms: posix
 notes:
-  - Needs iputils C(ping) (C(-M do) is not supported by busybox ping) and iproute2 with JSON output.
+  - Needs iputils C(ping) (C(-M do) is not supported by busybox ping) when there are peers to ping, and iproute2 with JSON output.
 seealso:
   - plugin: dgxspark.cluster.fabric_report
     plugin_type: filter
@@ -108,7 +109,9 @@ rails:
       description: The rail's interface.
       type: str
     link:
-      description: C(present), C(operstate), C(carrier), C(admin_up), C(mtu), C(ipv4) (CIDR strings) from C(ip -j addr).
+      description:
+        - C(present), C(operstate), C(carrier), C(admin_up), C(mtu), C(ipv4) (CIDR strings) and C(ipv6) (addresses, link-local
+          included) from C(ip -j addr).
       type: dict
     ethtool:
       description: C(speed_mbps) (null when unknown), C(speed_raw), C(link_detected), C(duplex); null when ethtool is missing or failed.
@@ -123,7 +126,7 @@ rails:
   sample:
     rail1:
       interface: enp1s0f1np1
-      link: {present: true, operstate: UP, carrier: true, admin_up: true, mtu: 9000, ipv4: ["192.168.100.10/24"]}
+      link: {present: true, operstate: UP, carrier: true, admin_up: true, mtu: 9000, ipv4: ["192.168.100.10/24"], ipv6: []}
       ethtool: {speed_mbps: 200000, speed_raw: "200000Mb/s", link_detected: true, duplex: Full}
       pings:
         - {peer: spark-beta, address: 192.168.100.11, kind: jumbo, payload: 8972, rc: 0, parsed: {transmitted: 3, received: 3}}
@@ -243,13 +246,14 @@ def main():
         ping_payload(module.params['mtu'])
     except ValueError as exc:
         module.fail_json(msg=str(exc))
+    wanted = build_rails(module)
     tools = {
-        'ping': module.params['ping_path'] or module.get_bin_path('ping', required=True, opt_dirs=SBIN),
+        'ping': module.params['ping_path'] or module.get_bin_path('ping', required=any(r['peers'] for r in wanted), opt_dirs=SBIN),
         'ip': module.params['ip_path'] or module.get_bin_path('ip', required=True, opt_dirs=SBIN),
         'ethtool': module.params['ethtool_path'] or module.get_bin_path('ethtool', opt_dirs=SBIN),
     }
     rails = {}
-    for rail in build_rails(module):
+    for rail in wanted:
         rails[rail['name']] = probe_rail(module, rail, tools, module.params['mtu'])
     module.exit_json(changed=False, rails=rails, ethtool_found=bool(tools['ethtool']))
 

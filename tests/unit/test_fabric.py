@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import base64
 import copy
 import pathlib
 
@@ -24,7 +25,14 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils.fabric import (
     CAUSE_SWITCH_MTU,
     FabricInputError,
     FabricParseError,
+    NCCL_CONTAINER_NAME,
     build_fabric_report,
+    collect_probes,
+    ib_runs,
+    meminfo_available_kib,
+    nccl_argv,
+    nccl_readiness,
+    nccl_result,
     nccl_test_max_bytes,
     parse_ethtool,
     parse_ib_write_bw,
@@ -32,6 +40,8 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils.fabric import (
     parse_nccl_tests,
     parse_ping,
     ping_payload,
+    probe_reusable,
+    rdma_readiness,
     ring_pairs,
 )
 
@@ -179,10 +189,12 @@ def test_parse_ip_addr_json():
     text = ('[{"ifindex":2,"ifname":"enp1s0f1np1","flags":["BROADCAST","MULTICAST","UP","LOWER_UP"],"mtu":9000,"operstate":"UP",'
             '"addr_info":[{"family":"inet","local":"192.168.100.10","prefixlen":24},{"family":"inet6","local":"fe80::1","prefixlen":64}]}]')
     link = parse_ip_addr_json(text, 'enp1s0f1np1')
-    assert link == {'present': True, 'operstate': 'UP', 'carrier': True, 'admin_up': True, 'mtu': 9000, 'ipv4': ['192.168.100.10/24']}
+    assert link == {'present': True, 'operstate': 'UP', 'carrier': True, 'admin_up': True, 'mtu': 9000, 'ipv4': ['192.168.100.10/24'],
+                    'ipv6': ['fe80::1']}
     down = parse_ip_addr_json('[{"ifname":"x","flags":["NO-CARRIER","BROADCAST","MULTICAST","UP"],"mtu":1500,"operstate":"DOWN"}]', 'x')
     assert down['carrier'] is False and down['admin_up'] is True
     assert parse_ip_addr_json('', 'x')['present'] is False
+    assert parse_ip_addr_json('[]', 'x')['ipv6'] == []
     with pytest.raises(FabricParseError):
         parse_ip_addr_json('not json', 'x')
 
@@ -386,3 +398,233 @@ def test_filters():
     assert filters['fabric_nccl_max_bytes'](40 * 1024 ** 3, 2) == 8 * 1024 ** 3
     with pytest.raises(AnsibleFilterError):
         filters['fabric_nccl_max_bytes'](-1, 2)
+
+
+# ------------------------------------------------------------------------------ the fabric_check role's data
+
+FILTERS = FilterModule().filters()
+
+
+def kept(host='spark-alpha', mtu=9000):
+    """The fact cx7_netplan_fabric_probe cx7_netplan keeps for ``host``: {mtu, rails}."""
+    return {'mtu': mtu, 'rails': healthy_probes()[host]}
+
+
+def without(probe, rail, peer, kind):
+    probe['rails'][rail]['pings'] = [p for p in probe['rails'][rail]['pings'] if not (p['peer'] == peer and p['kind'] == kind)]
+    return probe
+
+
+def renamed(probe, rail, interface):
+    probe['rails'][rail]['interface'] = interface
+    return probe
+
+
+def absent(probe, rail):
+    probe['rails'][rail].update(link={'present': False}, pings=[])
+    return probe
+
+
+@pytest.mark.parametrize('probe, mtu, host, reusable', [
+    (kept(), 9000, 'spark-alpha', True),
+    (kept(), '9000', 'spark-alpha', True),
+    (kept(), 9216, 'spark-alpha', False),                                     # other DF payload
+    (kept(mtu='x'), 9000, 'spark-alpha', False),
+    (None, 9000, 'spark-alpha', False),                                       # cx7_netplan changed nothing: the fact is null
+    ({'mtu': 9000}, 9000, 'spark-alpha', False),
+    ({'mtu': 9000, 'rails': {'rail1': kept()['rails']['rail1']}}, 9000, 'spark-alpha', False),   # a rail missing
+    (renamed(kept(), 'rail2', 'eth9'), 9000, 'spark-alpha', False),           # another interface
+    (without(kept(), 'rail1', 'spark-beta', 'small'), 9000, 'spark-alpha', False),   # a peer not pinged
+    (kept(), 9000, 'spark-beta', False),                                      # pings of another node
+    (absent(kept(), 'rail2'), 9000, 'spark-alpha', True),                     # interface missing: reported as such, no pings
+])
+def test_probe_reusable(probe, mtu, host, reusable):
+    assert probe_reusable(probe, PLAN, mtu, host) is reusable
+
+
+def hostvars_with(probes=None, skipped=(), kept_probes=None):
+    hostvars = {}
+    for host in HOSTS:
+        variables = {}
+        if host in (probes or {}):
+            variables['_fabric_check_probe'] = {'changed': False, 'rails': probes[host]}
+        if host in skipped:
+            variables['_fabric_check_probe'] = {'changed': False, 'skipped': True}
+        if host in (kept_probes or {}):
+            variables['cx7_netplan_fabric_probe'] = kept_probes[host]
+        hostvars[host] = variables
+    return hostvars
+
+
+@pytest.mark.parametrize('hostvars, rails, reused', [
+    # fabric_check probed every node itself (no change in this run)
+    (hostvars_with(probes=healthy_probes(), kept_probes={'spark-alpha': None}), healthy_probes(), []),
+    # cx7_netplan probed every node after its change: reused everywhere
+    (hostvars_with(skipped=HOSTS, kept_probes=dict((h, {'mtu': 9000, 'rails': healthy_probes()[h]}) for h in HOSTS)), healthy_probes(), HOSTS),
+    # mixed, and a node that was never reached (not in the play)
+    (hostvars_with(probes={'spark-alpha': healthy_probes()['spark-alpha']}, skipped=['spark-beta'],
+                   kept_probes={'spark-beta': {'mtu': 9000, 'rails': healthy_probes()['spark-beta']}}),
+     {'spark-alpha': healthy_probes()['spark-alpha'], 'spark-beta': healthy_probes()['spark-beta'], 'spark-gamma': None}, ['spark-beta']),
+    # skipped without a kept probe (not a node of the plan, or failed): not probed
+    (hostvars_with(skipped=HOSTS), dict((h, None) for h in HOSTS), []),
+    # a kept probe is never read where the node ran its own probe
+    (hostvars_with(probes=healthy_probes(), kept_probes=dict((h, {'mtu': 9000, 'rails': {}}) for h in HOSTS)), healthy_probes(), []),
+])
+def test_collect_probes(hostvars, rails, reused):
+    collected = collect_probes(hostvars, PLAN, '_fabric_check_probe', 'cx7_netplan_fabric_probe')
+    assert collected['rails'] == rails
+    assert collected['reused'] == reused
+    assert collected['notes'] == ([('links and pings of %s: measured by the check cx7_netplan ran after changing the rails in this run '
+                                    '(cx7_netplan_fabric_probe), not measured again') % ', '.join(reused)] if reused else [])
+
+
+def test_report_from_a_reused_probe_is_the_same():
+    hostvars = hostvars_with(skipped=HOSTS, kept_probes=dict((h, {'mtu': 9000, 'rails': healthy_probes()[h]}) for h in HOSTS))
+    collected = collect_probes(hostvars, PLAN, '_fabric_check_probe', 'cx7_netplan_fabric_probe')
+    reused = build_fabric_report(PLAN, collected['rails'], EXPECT, notes=collected['notes'])
+    own = build_fabric_report(PLAN, healthy_probes(), EXPECT)
+    assert reused['rows'] == own['rows'] and reused['ok'] and reused['table'][:-1] == own['table']
+
+
+DEVICES = {'enp1s0f1np1': 'rocep1s0f1', 'enP2p1s0f1np1': 'roceP2p1s0f1', 'enp1s0f0np0': 'rocep1s0f0'}
+IB = '/usr/bin/ib_write_bw'
+RDMA_NOTE = ('RDMA bandwidth not measured (skipped): %s lacks /usr/bin/ib_write_bw or an RDMA device behind every rail interface '
+             '(enp1s0f1np1, enP2p1s0f1np1)')
+
+
+@pytest.mark.parametrize('devices, play_hosts, missing', [
+    (dict((h, DEVICES) for h in HOSTS), HOSTS, []),
+    ({'spark-alpha': DEVICES, 'spark-beta': DEVICES}, HOSTS, ['spark-gamma']),                      # no ib_write_bw there
+    (dict((h, DEVICES) for h in HOSTS), HOSTS[:2], ['spark-gamma']),                                # not in the play
+    (dict((h, {'enp1s0f1np1': 'rocep1s0f1'}) for h in HOSTS), HOSTS, HOSTS),                         # rail 2 without a device
+    ({}, HOSTS, HOSTS),
+])
+def test_rdma_readiness(devices, play_hosts, missing):
+    hostvars = dict((h, {'rdma': devices[h]} if h in devices else {}) for h in HOSTS)
+    readiness = rdma_readiness(hostvars, PLAN, play_hosts, 'rdma', IB)
+    assert readiness['missing'] == missing
+    assert readiness['ready'] == [h for h in HOSTS if h not in missing]
+    assert readiness['notes'] == ([RDMA_NOTE % ', '.join(missing)] if missing else [])
+
+
+def client_result(rail, rc=0, stdout='', stderr='', msg=None):
+    result = {'item': {'item': rail, 'ansible_job_id': 'j1'}, 'finished': 1, 'stdout': stdout, 'stderr': stderr}
+    if rc is not None:
+        result['rc'] = rc
+    if msg:
+        result['msg'] = msg
+    return result
+
+
+def test_ib_runs():
+    rail1, rail2 = PLAN['rails']
+    results = [client_result(rail1, stdout=fixture('ib_write_bw_spark_twin_b.txt')),
+               client_result(rail2, rc=1, stdout='', stderr=' Couldn\'t connect to 192.168.101.10:18516\n' + 'x' * 400),
+               client_result(rail1, rc=None, stdout='', stderr='', msg='async task did not complete within the requested time')]
+    runs = ib_runs(results, ['spark-alpha', 'spark-beta'], DEVICES)
+    assert [(r['rail'], r['server'], r['client'], r['device']) for r in runs] == [
+        ('rail1', 'spark-alpha', 'spark-beta', 'rocep1s0f1'), ('rail2', 'spark-alpha', 'spark-beta', 'roceP2p1s0f1'),
+        ('rail1', 'spark-alpha', 'spark-beta', 'rocep1s0f1')]
+    assert runs[0]['error'] is None and runs[0]['output'] == fixture('ib_write_bw_spark_twin_b.txt') + '\n'
+    assert runs[1]['error'] == 'client exited 1: ' + ('Couldn\'t connect to 192.168.101.10:18516\n' + 'x' * 400)[-300:]
+    assert runs[2]['error'] == 'client exited ?: async task did not complete within the requested time'
+    report = build_fabric_report(PLAN, healthy_probes(), EXPECT, bandwidth=runs[:2])
+    assert causes(report) == [('spark-beta', 'rail2', CAUSE_BANDWIDTH)]
+
+
+@pytest.mark.parametrize('text, kib', [
+    ('MemTotal:       124485016 kB\nMemFree:         1873740 kB\nMemAvailable:   98765432 kB\n', 98765432),
+    ('MemTotal:       124485016 kB\n', 0),
+    ('', 0),
+    (None, 0),
+])
+def test_meminfo_available_kib(text, kib):
+    assert meminfo_available_kib(text) == kib
+
+
+def meminfo(kib):
+    return {'changed': False, 'encoding': 'base64', 'source': '/proc/meminfo',
+            'content': base64.b64encode(('MemTotal:       124485016 kB\nMemAvailable:   %d kB\n' % kib).encode()).decode()}
+
+
+NCCL_MISSING = "NCCL bandwidth not measured (skipped): %s lacks a GPU (/dev/nvidiactl) or the image %s"
+
+
+@pytest.mark.parametrize('free, play_hosts, image, missing, max_bytes, note', [
+    ({'spark-alpha': 40, 'spark-beta': 100, 'spark-gamma': 60}, HOSTS, 'vllm:x', [], 8 * 1024 ** 3, None),           # least: 40 GiB
+    ({'spark-alpha': 100, 'spark-beta': 100, 'spark-gamma': 100}, HOSTS, 'vllm:x', [], 16 * 1024 ** 3, None),
+    ({'spark-alpha': 40, 'spark-beta': 40}, HOSTS, 'vllm:x', ['spark-gamma'], None, NCCL_MISSING % ('spark-gamma', "'vllm:x'")),
+    ({'spark-alpha': 40, 'spark-beta': 40, 'spark-gamma': 40}, HOSTS[:2], '', ['spark-gamma'], None,
+     NCCL_MISSING % ('spark-gamma', "'(fabric_check_nccl_image not set)'")),
+    ({}, HOSTS, None, HOSTS, None, NCCL_MISSING % (', '.join(HOSTS), "'(fabric_check_nccl_image not set)'")),
+    ({'spark-alpha': 0.1, 'spark-beta': 40, 'spark-gamma': 40}, HOSTS, 'vllm:x', [], None,
+     'NCCL bandwidth not measured (skipped): less than 64 MiB x 2 free per node (MemAvailable)'),
+])
+def test_nccl_readiness(free, play_hosts, image, missing, max_bytes, note):
+    hostvars = dict((h, {'meminfo': meminfo(int(free[h] * 1024 ** 2))} if h in free else {'meminfo': {'skipped': True}}) for h in HOSTS)
+    readiness = nccl_readiness(hostvars, PLAN, play_hosts, 'meminfo', 'all_gather', 0.5, '/dev/nvidiactl', image)
+    assert readiness['missing'] == missing
+    assert readiness['max_bytes'] == max_bytes
+    assert readiness['notes'] == ([note] if note else [])
+
+
+def test_nccl_readiness_needs_two_nodes():
+    plan = {'nodes': PLAN['nodes'][:1], 'rails': PLAN['rails']}
+    with pytest.raises(FabricInputError, match='at least 2 nodes'):
+        nccl_readiness({'spark-alpha': {'meminfo': meminfo(40 * 1024 ** 2)}}, plan, HOSTS, 'meminfo')
+
+
+@pytest.mark.parametrize('host, env, expected_env', [
+    ('spark-beta', {}, ['NCCL_SOCKET_IFNAME=enp1s0f1np1', 'MASTER_ADDR=192.168.100.10', 'MASTER_PORT=29533', 'RANK=1', 'WORLD_SIZE=3',
+                        'FABRIC_CHECK_COLLECTIVE=all_gather', 'FABRIC_CHECK_MAX_BYTES=8589934592']),
+    ('spark-alpha', {'NCCL_SOCKET_IFNAME': 'eth9', 'NCCL_IB_DISABLE': 1, 'NCCL_DEBUG': True},
+     ['NCCL_SOCKET_IFNAME=eth9', 'MASTER_ADDR=192.168.100.10', 'MASTER_PORT=29533', 'RANK=0', 'WORLD_SIZE=3',
+      'FABRIC_CHECK_COLLECTIVE=all_gather', 'FABRIC_CHECK_MAX_BYTES=8589934592', 'NCCL_IB_DISABLE=1', 'NCCL_DEBUG=True']),
+])
+def test_nccl_argv(host, env, expected_env):
+    argv = nccl_argv(PLAN, host, 'vllm:x', ['--gpus=all', '--network=host'], 29533, 'all_gather', 8589934592, env=env)
+    assert argv == (['docker', 'run', '--rm', '-i', '--name', NCCL_CONTAINER_NAME, '--gpus=all', '--network=host']
+                    + ['--env=' + e for e in expected_env] + ['vllm:x', 'python3', '-'])
+
+
+@pytest.mark.parametrize('host, match', [('spark-omega', 'not a node of the cluster plan')])
+def test_nccl_argv_rejects(host, match):
+    with pytest.raises(FabricInputError, match=match):
+        nccl_argv(PLAN, host, 'vllm:x', [], 29533, 'all_gather', 1)
+
+
+@pytest.mark.parametrize('run, error', [
+    ({'rc': 0, 'stdout': fixture('nccl_all_gather_spark_ok.txt'), 'stderr': 'noise'}, None),
+    ({'rc': 1, 'stdout': '', 'stderr': 'x' * 500 + 'NCCL WARN connect failed\n'},
+     'rank 0 on spark-alpha exited 1: ' + ('x' * 500 + 'NCCL WARN connect failed')[-400:]),
+    ({}, 'rank 0 on spark-alpha exited ?: '),
+])
+def test_nccl_result(run, error):
+    result = nccl_result(run, 'spark-alpha', 'all_gather', 8589934592)
+    assert result == {'collective': 'all_gather', 'max_bytes': 8589934592, 'output': run.get('stdout', ''), 'error': error}
+    report = build_fabric_report(PLAN, healthy_probes(), dict(EXPECT, nccl_min_busbw_gbs=21.0), nccl=result)
+    assert report['ok'] is (error is None)
+
+
+def test_role_data_filters():
+    assert FILTERS['fabric_probe_reusable'](kept(), PLAN, 9000, 'spark-alpha') is True
+    assert FILTERS['fabric_probes'](hostvars_with(probes=healthy_probes()), PLAN, '_fabric_check_probe', 'cx7_netplan_fabric_probe')['reused'] == []
+    assert FILTERS['fabric_rdma_readiness']({}, PLAN, HOSTS, 'rdma', IB)['missing'] == HOSTS
+    assert FILTERS['fabric_ib_runs']([], ['a', 'b'], {}) == []
+    assert FILTERS['fabric_nccl_readiness']({}, PLAN, HOSTS, 'meminfo')['max_bytes'] is None
+    assert FILTERS['fabric_nccl_argv'](PLAN, 'spark-gamma', 'i', [], 1, 'all_reduce', 2)[-3:] == ['i', 'python3', '-']
+    assert FILTERS['fabric_nccl_result']({'rc': 0, 'stdout': 'o'}, 'spark-alpha', 'all_gather', 1)['output'] == 'o'
+
+
+@pytest.mark.parametrize('name, args', [
+    ('fabric_probe_reusable', (kept(), {'nodes': 'x'}, 9000)),
+    ('fabric_probes', ({}, {'nodes': 1}, 'p', 'k')),
+    ('fabric_rdma_readiness', ({}, {'nodes': [], 'rails': 'x'}, HOSTS, 'rdma', IB)),
+    ('fabric_ib_runs', ([{'rc': 0}], ['a', 'b'], {})),
+    ('fabric_nccl_readiness', ({'spark-alpha': {'meminfo': meminfo(1)}}, {'nodes': PLAN['nodes'][:1], 'rails': []}, HOSTS, 'meminfo')),
+    ('fabric_nccl_argv', (PLAN, 'spark-omega', 'i', [], 1, 'all_gather', 1)),
+    ('fabric_nccl_result', ('not a result', 'spark-alpha', 'all_gather', 1)),
+])
+def test_role_data_filters_reject(name, args):
+    with pytest.raises(AnsibleFilterError, match=name):
+        FILTERS[name](*args)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import hashlib
 import os
 
 import pytest
@@ -15,14 +16,20 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.dgxspark.cluster.plugins.filter.cx7_netplan_config import FilterModule
 from ansible_collections.dgxspark.cluster.plugins.module_utils.netplan import (
     NetplanConfigError,
+    by_host,
+    changed_hosts,
     connection_addresses,
     drift,
     fabric_problems,
-    failed_pings,
+    file_state,
+    generate_rejections,
     netplan_file_problems,
     node_config,
     observed_interfaces,
     preflight_problems,
+    preflight_summary,
+    probe_errors,
+    probe_failures,
     render_yaml,
     sysctl_key,
     validate_renderer,
@@ -33,7 +40,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 RAIL1, RAIL2 = 'enp1s0f1np1', 'enP2p1s0f1np1'
 HOSTS = ['spark-alpha', 'spark-beta', 'spark-gamma', 'spark-delta']
 
-cx7_netplan_config = FilterModule().filters()['cx7_netplan_config']
+FILTERS = FilterModule().filters()
+cx7_netplan_config = FILTERS['cx7_netplan_config']
 
 
 def make_plan(hosts=None, mtu=9000):
@@ -395,44 +403,272 @@ def test_drift():
     assert drift(config, {'cx7': node_facts(1, configured=True)['cx7']}) == []
 
 
-def ping_result(peer, rc, stdout='', stderr=''):
-    return {'item': peer, 'rc': rc, 'stdout': stdout, 'stderr': stderr, 'changed': False}
+PING_LOST = '3 packets transmitted, 0 received, 100% packet loss, time 2040ms'
+
+
+def probe_link(rank, rail, configured=True, mtu=9000, ipv6=None, present=True):
+    """The link part of a fabric_probe rail result (ip -j addr) of a lab-like node."""
+    third = '100' if rail == 'rail1' else '101'
+    return {'present': present, 'operstate': 'UP' if present else None, 'carrier': True if present else None, 'admin_up': present,
+            'mtu': mtu if present else None, 'ipv4': ['192.168.%s.%d/24' % (third, 10 + rank)] if configured and present else [],
+            'ipv6': list(ipv6 or [])}
+
+
+def probe_of(plan, host, broken=(), payload=8972):
+    """A fabric_probe ``rails`` result of ``host``: every ping answered except the (peer, rail, kind) in ``broken``."""
+    rank = [n['host'] for n in plan['nodes']].index(host)
+    rails = {}
+    for rail in plan['rails']:
+        pings = []
+        for node in plan['nodes']:
+            if node['host'] == host:
+                continue
+            for kind, size in (('small', 56), ('jumbo', payload)):
+                lost = (node['host'], rail['name'], kind) in broken or (node['host'], rail['name'], '*') in broken
+                stats = PING_LOST if lost else '3 packets transmitted, 3 received, 0% packet loss, time 400ms'
+                pings.append({'peer': node['host'], 'address': node['rail_addresses'][rail['name']], 'kind': kind, 'payload': size,
+                              'rc': 1 if lost else 0, 'output': 'PING x\n--- x ping statistics ---\n' + stats,
+                              'parsed': {'transmitted': 3, 'received': 0 if lost else 3, 'errors': 0, 'local_mtu': None,
+                                         'frag_needed_mtu': None, 'unreachable': False, 'error': None}})
+        rails[rail['name']] = {'interface': rail['interface'], 'link': probe_link(rank, rail['name']), 'pings': pings}
+    return rails
+
+
+@pytest.mark.parametrize('link, expected', [
+    ({}, []),
+    ({'mtu': 1500}, ['spark-beta rail rail1 (enp1s0f1np1): MTU is 1500, expected 9000.']),
+    ({'configured': False}, ['spark-beta rail rail1 (enp1s0f1np1): address 192.168.100.11/24 is not up (addresses: none).']),
+    ({'ipv6': ['fe80::2']}, ['spark-beta rail rail1 (enp1s0f1np1): IPv6 addresses are still present (fe80::2).']),
+    ({'present': False}, ['spark-beta rail rail1 (enp1s0f1np1): the interface is gone.']),
+])
+def test_drift_after_the_change_reads_the_probe(link, expected):
+    """After a change: cx7_facts of the settle loop and the probe's ip -j addr, never the preflight's (stale) setup facts."""
+    config = node_config(make_plan(), 'spark-beta')
+    probe = probe_of(make_plan(), 'spark-beta')
+    probe['rail1']['link'] = probe_link(1, 'rail1', **link)
+    # cx7_facts still shows the address and MTU: the probe, read last, wins.
+    assert drift(config, {'cx7': node_facts(1, configured=True)['cx7']}, probe) == expected
+
+
+def test_drift_probe_error_falls_back_to_cx7_facts():
+    config = node_config(make_plan(), 'spark-beta')
+    probe = {'rail1': {'interface': RAIL1, 'probe_error': '`ip -j addr show dev enp1s0f1np1` failed (rc 1): boom'}}
+    assert drift(config, {'cx7': node_facts(1, configured=True)['cx7']}, probe) == []
+    assert observed_interfaces({}, probe) == {}
+
+
+@pytest.mark.parametrize('broken, fragments', [
+    # small pass, DF jumbo lost: a smaller MTU on the path
+    ([('spark-beta', 'rail2', 'jumbo')],
+     ['spark-alpha rail rail2 (enP2p1s0f1np1): no reply from spark-beta 192.168.101.11 to unfragmented 8972-byte pings '
+      '(small 56-byte pings pass); likely cause: a smaller MTU on the path drops the jumbo frames: a switch port of the rail '
+      "(set MTU 9000 (or 9216) on every switch port of the rail) or spark-beta's enP2p1s0f1np1 [ping: " + PING_LOST + ']']),
+    # both lost: the peer does not answer
+    ([('spark-gamma', 'rail1', '*')],
+     ['spark-alpha rail rail1 (enp1s0f1np1): no reply from spark-gamma 192.168.100.12 to small 56-byte pings or unfragmented '
+      '8972-byte pings; likely cause: spark-gamma does not answer: its rail address is not up, the two addresses are not in one '
+      'subnet, or the link drops the traffic (cabling, switch port) [ping: ' + PING_LOST + ']']),
+    # small lost, jumbo passes: loss on the link
+    ([('spark-delta', 'rail2', 'small')],
+     ['spark-alpha rail rail2 (enP2p1s0f1np1): no reply from spark-delta 192.168.101.13 to small 56-byte pings (unfragmented '
+      '8972-byte pings pass); likely cause: small pings are lost while jumbo pings pass: packet loss on the link']),
+    ([], []),
+])
+def test_probe_failures(broken, fragments):
+    failures = probe_failures('spark-alpha', probe_of(make_plan(), 'spark-alpha', broken))
+    assert len(failures) == len(fragments)
+    for failure, fragment in zip(failures, fragments):
+        assert failure['problem'].startswith(fragment), (failure['problem'], fragment)
+        assert failure['peer'] in failure['problem'] and failure['interface'] in failure['problem']
+
+
+@pytest.mark.parametrize('parsed, cause', [
+    ({'local_mtu': 1500}, 'the MTU of enp1s0f1np1 on spark-alpha is 1500, smaller than the 9000-byte frame'),
+    ({'frag_needed_mtu': 1500}, 'a hop on the path answered "Frag needed" with MTU 1500'),
+])
+def test_probe_failures_jumbo_cause_from_what_ping_said(parsed, cause):
+    probe = probe_of(make_plan(), 'spark-alpha', [('spark-beta', 'rail1', 'jumbo')])
+    for ping in probe['rail1']['pings']:
+        if ping['peer'] == 'spark-beta' and ping['kind'] == 'jumbo':
+            ping['parsed'].update(parsed)
+    assert 'likely cause: ' + cause in probe_failures('spark-alpha', probe)[0]['problem']
+
+
+@pytest.mark.parametrize('parsed, cause', [
+    ({'error': 'connect: Network is unreachable'}, 'spark-alpha has no route to 192.168.100.11 on enp1s0f1np1: its own rail address is missing'),
+    ({'unreachable': True, 'error': 'sendmsg: No route to host'}, 'no ARP reply from spark-beta: its address 192.168.100.11 is not up'),
+    ({'error': 'bind: Cannot assign requested address'}, 'ping could not run (bind: Cannot assign requested address)'),
+])
+def test_probe_failures_unanswered_cause_from_what_ping_said(parsed, cause):
+    probe = probe_of(make_plan(), 'spark-alpha', [('spark-beta', 'rail1', '*')])
+    for ping in probe['rail1']['pings']:
+        if ping['peer'] == 'spark-beta':
+            ping['parsed'].update(parsed)
+    assert 'likely cause: ' + cause in probe_failures('spark-alpha', probe)[0]['problem']
+
+
+def test_probe_failures_without_parsed_output_use_the_exit_status():
+    probe = probe_of(make_plan(), 'spark-alpha', [('spark-beta', 'rail1', 'jumbo')])
+    for rail in probe.values():
+        for ping in rail['pings']:
+            del ping['parsed']
+    assert [(f['peer'], f['rail'], f['small'], f['jumbo']) for f in probe_failures('spark-alpha', probe)] == [('spark-beta', 'rail1', True, False)]
 
 
 def test_fabric_problems_names_the_unreachable_node_and_rail():
     plan = make_plan()
     results = {}
     for host in HOSTS:
-        config = node_config(plan, host)
-        pings = []
-        for peer in config['peers']:
-            broken = (peer['host'] == 'spark-beta' or host == 'spark-beta') and peer['rail'] == 'rail2'
-            pings.append(ping_result(peer, 1 if broken else 0, '3 packets transmitted, 0 received, 100% packet loss, time 2040ms'
-                                     if broken else ''))
+        broken = [('spark-beta', 'rail2', '*')] if host != 'spark-beta' else [(p, 'rail2', '*') for p in HOSTS]
         results[host] = {'drift': ['spark-beta rail rail2 (enP2p1s0f1np1): the link is Down.'] if host == 'spark-beta' else [],
-                         'pings': pings, 'payload': 8972}
+                         'probe': probe_of(plan, host, broken)}
     problems = fabric_problems(results, plan)
     assert problems[0] == 'spark-beta rail rail2: unreachable from every other node (spark-alpha, spark-delta, spark-gamma).'
     assert 'spark-beta rail rail2 (enP2p1s0f1np1): the link is Down.' in problems
-    assert ('spark-alpha rail rail2 (enP2p1s0f1np1): no reply from spark-beta 192.168.101.11 to unfragmented 8972-byte pings: '
-            '3 packets transmitted, 0 received, 100% packet loss, time 2040ms') in problems
+    assert any(p.startswith('spark-alpha rail rail2 (enP2p1s0f1np1): no reply from spark-beta 192.168.101.11 to small 56-byte pings or '
+                            'unfragmented 8972-byte pings; likely cause: ') and p.endswith('[ping: %s]' % PING_LOST) for p in problems)
     assert not [p for p in problems if 'rail1' in p]
+    # drift before the ping failures, the unreachable summary first
+    assert problems.index('spark-beta rail rail2 (enP2p1s0f1np1): the link is Down.') < min(
+        i for i, p in enumerate(problems) if 'no reply' in p)
 
 
-def test_fabric_problems_clean_and_missing_nodes():
+def test_fabric_problems_switch_mtu_everywhere():
+    """The lab's fault test: MTU 9216 on the nodes, 9000 on the switch: every jumbo ping fails, no drift."""
     plan = make_plan()
-    ok = dict((h, {'drift': [], 'pings': [ping_result(p, 0) for p in node_config(plan, h)['peers']], 'payload': 8972}) for h in HOSTS)
+    results = dict((h, {'drift': [], 'probe': probe_of(plan, h, [(p, r, 'jumbo') for p in HOSTS for r in ('rail1', 'rail2')], payload=9188)})
+                   for h in HOSTS)
+    problems = fabric_problems(results, plan)
+    assert len([p for p in problems if 'unreachable from every other node' in p]) == 8
+    assert any(p.startswith('No node reaches any other over the failing rails') and '(MTU 9216)' in p for p in problems)
+    failed = [p for p in problems if 'no reply from' in p]
+    assert len(failed) == 24 and all('to unfragmented 9188-byte pings (small 56-byte pings pass)' in p for p in failed)
+    assert "set MTU 9216 on every switch port" in failed[0]
+
+
+def test_fabric_problems_clean_missing_nodes_and_no_probe():
+    plan = make_plan()
+    ok = dict((h, {'drift': [], 'probe': probe_of(plan, h)}) for h in HOSTS)
+    assert fabric_problems(ok, plan) == []
+    ok['spark-gamma']['probe'] = None  # cx7_netplan_check_fabric: false
     assert fabric_problems(ok, plan) == []
     del ok['spark-delta']
     assert fabric_problems(ok, plan) == ['spark-delta: no post-change check result (the node failed earlier or is unreachable).']
 
 
-def test_failed_pings_skips_skipped_and_successful():
-    peer = {'host': 'spark-beta', 'rail': 'rail1', 'interface': RAIL1, 'address': '192.168.100.11'}
-    results = [{'skipped': True, 'item': peer}, ping_result(peer, 0),
-               ping_result(peer, 1, 'PING ...\n', 'ping: local error: message too long, mtu=9000')]
-    assert failed_pings(results, 9188) == [{'peer': 'spark-beta', 'rail': 'rail1', 'interface': RAIL1, 'address': '192.168.100.11',
-                                            'payload': 9188, 'output': 'ping: local error: message too long, mtu=9000'}]
+def test_fabric_problems_probe_error():
+    plan = make_plan()
+    results = dict((h, {'drift': [], 'probe': probe_of(plan, h)}) for h in HOSTS)
+    results['spark-beta']['probe']['rail1'] = {'interface': RAIL1, 'link': None, 'pings': [],
+                                               'probe_error': '`ip -j addr show dev enp1s0f1np1` failed (rc 1): boom'}
+    assert probe_errors('spark-beta', results['spark-beta']['probe']) == [
+        'spark-beta rail rail1 (enp1s0f1np1): the fabric probe could not read the interface: `ip -j addr show dev enp1s0f1np1` failed (rc 1): boom']
+    assert fabric_problems(results, plan) == probe_errors('spark-beta', results['spark-beta']['probe'])
+
+
+# ----------------------------------------------------------------------------------------------- the role's data across nodes
+
+HOSTVARS = {
+    'spark-alpha': {'seen': {'a': 1}, 'written': {'changed': False}, 'sysctl': {'changed': False}},
+    'spark-beta': {'seen': {'b': 2}, 'written': {'changed': True}, 'sysctl': {'changed': False}},
+    'spark-gamma': {'written': {'changed': False, 'skipped': True}, 'sysctl': {'changed': True}},
+    'spark-delta': {'seen': None},
+}
+
+
+@pytest.mark.parametrize('hosts, name, expected', [
+    (HOSTS, 'seen', {'spark-alpha': {'a': 1}, 'spark-beta': {'b': 2}, 'spark-delta': None}),
+    (['spark-beta', 'spark-alpha'], 'seen', {'spark-beta': {'b': 2}, 'spark-alpha': {'a': 1}}),
+    (['spark-omega', 'spark-gamma'], 'seen', {}),
+    ([], 'seen', {}),
+])
+def test_by_host(hosts, name, expected):
+    result = by_host(HOSTVARS, hosts, name)
+    assert result == expected and list(result) == list(expected)
+
+
+@pytest.mark.parametrize('hosts, names, expected', [
+    (HOSTS, ['written', 'sysctl'], ['spark-beta', 'spark-gamma']),
+    (HOSTS, ['written'], ['spark-beta']),
+    (HOSTS, 'sysctl', ['spark-gamma']),
+    (['spark-alpha', 'spark-delta'], ['written', 'sysctl'], []),
+    (HOSTS, [], []),
+])
+def test_changed_hosts(hosts, names, expected):
+    assert changed_hosts(HOSTVARS, hosts, names) == expected
+
+
+MISSING = ': not in this play or unreachable: run the network play on every node of the cluster at once (no --limit)'
+
+
+@pytest.mark.parametrize('problems, expected', [
+    (dict((h, []) for h in HOSTS), []),
+    ({'spark-beta': ['b1', 'b2'], 'spark-alpha': ['a1'], 'spark-gamma': [], 'spark-delta': None}, ['b1', 'b2', 'a1']),
+    ({'spark-alpha': ['a1'], 'spark-beta': []}, ['spark-gamma' + MISSING, 'spark-delta' + MISSING, 'a1']),
+    ({}, [h + MISSING for h in HOSTS]),
+])
+def test_preflight_summary(problems, expected):
+    summary = preflight_summary(problems, make_plan())
+    assert len(summary) == len(expected)
+    for line, start in zip(summary, expected):
+        assert line.startswith(start), (line, start)
+
+
+@pytest.mark.parametrize('results, expected', [
+    ({'spark-alpha': {'rc': 0, 'stderr': ''}, 'spark-beta': {'skipped': True}}, []),
+    ({'spark-alpha': {'rc': 1, 'stderr': ' Error in network definition: bad address\n'}, 'spark-beta': {'rc': 0}},
+     ['spark-alpha: Error in network definition: bad address']),
+    ({'spark-gamma': {'rc': 2, 'stderr': '', 'msg': '[Errno 2] No such file or directory: netplan'}, 'spark-beta': {'rc': 1}},
+     ['spark-gamma: [Errno 2] No such file or directory: netplan', 'spark-beta: ']),
+    ({}, []),
+])
+def test_generate_rejections(results, expected):
+    assert generate_rejections(results) == expected
+
+
+CONTENT = 'network:\n  version: 2\n'
+SHA1 = hashlib.sha1(CONTENT.encode('utf-8')).hexdigest()
+
+
+def stat(exists=True, checksum=SHA1, mode='0600', owner='root', group='root'):
+    if not exists:
+        return {'changed': False, 'stat': {'exists': False}}
+    return {'changed': False, 'stat': {'exists': True, 'isreg': True, 'path': '/etc/netplan/40-cx7.yaml', 'checksum': checksum,
+                                       'mode': mode, 'pw_name': owner, 'gr_name': group}}
+
+
+def slurp(text):
+    return {'changed': False, 'content': base64.b64encode(text.encode('utf-8')).decode(), 'encoding': 'base64'}
+
+
+SKIPPED = {'changed': False, 'skipped': True, 'skip_reason': 'Conditional result was False'}
+
+
+@pytest.mark.parametrize('stat_result, current, expected', [
+    # converged: nothing to read or write
+    (stat(), SKIPPED, {'exists': True, 'differs': False, 'write': False, 'read': False, 'previous': CONTENT}),
+    # no file yet
+    (stat(exists=False), SKIPPED, {'exists': False, 'differs': True, 'write': True, 'read': False, 'previous': None}),
+    # other content: read it for the backup and the rollback
+    (stat(checksum='0' * 40), slurp('old\n'), {'exists': True, 'differs': True, 'write': True, 'read': True, 'previous': 'old\n'}),
+    # same content, wrong mode / owner / group: copy fixes them (and the check runs), no backup
+    (stat(mode='0644'), SKIPPED, {'exists': True, 'differs': False, 'write': True, 'read': False, 'previous': CONTENT}),
+    (stat(owner='ubuntu'), SKIPPED, {'exists': True, 'differs': False, 'write': True, 'read': False, 'previous': CONTENT}),
+    (stat(group='adm'), SKIPPED, {'exists': True, 'differs': False, 'write': True, 'read': False, 'previous': CONTENT}),
+    # not a regular file (no checksum): rewritten
+    ({'stat': {'exists': True, 'isreg': False, 'mode': '0777', 'pw_name': 'root', 'gr_name': 'root'}}, slurp('x'),
+     {'exists': True, 'differs': True, 'write': True, 'read': True, 'previous': 'x'}),
+])
+def test_file_state(stat_result, current, expected):
+    assert file_state(stat_result, CONTENT, '0600', current=current) == expected
+    without = dict(expected)
+    del without['previous']
+    assert file_state(stat_result, CONTENT, '0600') == without
+
+
+def test_file_state_unread_file_that_differs():
+    with pytest.raises(NetplanConfigError, match='could not be read'):
+        file_state(stat(checksum='0' * 40), CONTENT, '0600', current=SKIPPED)
 
 
 # ----------------------------------------------------------------------------------------------- the filter
@@ -464,3 +700,34 @@ def test_filter_unparseable_netplan_file():
 def test_filter_errors(kwargs, fragment):
     with pytest.raises(AnsibleFilterError, match=fragment):
         cx7_netplan_config(make_plan(), 'spark-alpha', **kwargs)
+
+
+def test_filter_drift_and_fabric_results():
+    plan = make_plan()
+    probe = probe_of(plan, 'spark-beta')
+    probe['rail2']['link'] = probe_link(1, 'rail2', mtu=1500)
+    result = cx7_netplan_config(plan, 'spark-beta', facts={'cx7': node_facts(1, configured=True)['cx7']}, probe=probe)
+    assert result['drift'] == ['spark-beta rail rail2 (enP2p1s0f1np1): MTU is 1500, expected 9000.']
+    assert cx7_netplan_config(plan, 'spark-beta', probe=probe)['drift'] == result['drift']
+    results = dict((h, {'drift': [], 'probe': probe_of(plan, h)}) for h in HOSTS)
+    assert cx7_netplan_config(plan, 'spark-beta', fabric_results=results)['fabric_problems'] == []
+
+
+def test_filters_of_the_role_data():
+    assert FILTERS['cx7_netplan_by_host'](HOSTVARS, HOSTS, 'seen') == by_host(HOSTVARS, HOSTS, 'seen')
+    assert FILTERS['cx7_netplan_changed_hosts'](HOSTVARS, HOSTS, ['written']) == ['spark-beta']
+    assert FILTERS['cx7_netplan_preflight_summary']({'spark-alpha': ['x']}, make_plan(['spark-alpha'])) == ['x']
+    assert FILTERS['cx7_netplan_rejections']({'spark-alpha': {'rc': 1, 'stderr': 'no'}}) == ['spark-alpha: no']
+    assert FILTERS['cx7_netplan_file_state'](stat(), CONTENT, '0600')['write'] is False
+
+
+@pytest.mark.parametrize('name, args, fragment', [
+    ('cx7_netplan_by_host', (None, HOSTS, 'seen'), 'cx7_netplan_by_host needs'),
+    ('cx7_netplan_changed_hosts', (None, HOSTS, ['x']), 'cx7_netplan_changed_hosts needs'),
+    ('cx7_netplan_preflight_summary', ({'a': []}, {'nodes': 'x'}), 'cx7_netplan_preflight_summary needs'),
+    ('cx7_netplan_rejections', (['x'],), 'cx7_netplan_rejections needs'),
+    ('cx7_netplan_file_state', (stat(checksum='0' * 40), CONTENT, '0600', 'root', 'root', SKIPPED), 'could not be read'),
+])
+def test_filters_of_the_role_data_reject(name, args, fragment):
+    with pytest.raises(AnsibleFilterError, match=fragment):
+        FILTERS[name](*args)

@@ -101,3 +101,49 @@ def test_code_digest_follows_content_and_names(tmp_path):
     with pytest.raises(PhaseStateError, match="does not exist"):
         code_digest(str(tmp_path), ["roles/missing"])
     assert os.path.exists(main)
+
+
+# --- the module, run as Ansible runs it (files, sysctls; no Docker or ip needed for those kinds) ---------------------
+
+def run_phase_module(tmp_path, args):
+    import subprocess  # pylint: disable=import-outside-toplevel
+    import sys  # pylint: disable=import-outside-toplevel
+    collections = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), ".build", "collections")
+    args_file = tmp_path / "args.json"
+    args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
+    env = dict(os.environ, PYTHONPATH=collections)
+    proc = subprocess.run([sys.executable, "-m", "ansible_collections.dgxspark.cluster.plugins.modules.phase_state", str(args_file)],
+                          capture_output=True, text=True, env=env, timeout=60, check=False)
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")][-1]
+
+
+def test_module_records_then_converges_then_sees_a_hand_edit(tmp_path):
+    managed = tmp_path / "managed.conf"
+    managed.write_text("vm.swappiness = 1\n")
+    sysctl = tmp_path / "swappiness"
+    sysctl.write_text("1\n")
+    stamps = tmp_path / "stamps"
+    args = {"phase": "os", "inputs_digest": "d1", "stamp_dir": str(stamps),
+            "watch": {"files": [str(managed), str(tmp_path / "absent")], "sysctls": [str(sysctl)]}}
+    first = run_phase_module(tmp_path, args)
+    assert first["converged"] is False and first["reason"] == "no record that phase os converged on this node"
+    preview = run_phase_module(tmp_path, dict(args, state="recorded", _ansible_check_mode=True, _ansible_diff=True))
+    assert preview["changed"] is True and not stamps.exists() and '"phase": "os"' in preview["diff"]["after"]
+    recorded = run_phase_module(tmp_path, dict(args, state="recorded"))
+    assert recorded["changed"] is True and oct(os.stat(stamps / "os.json").st_mode & 0o777) == "0o600"
+    assert run_phase_module(tmp_path, dict(args, state="recorded"))["changed"] is False
+    again = run_phase_module(tmp_path, args)
+    assert again["converged"] is True
+    assert again["observed"]["files"][str(tmp_path / "absent")] is None
+    assert run_phase_module(tmp_path, dict(args, inputs_digest="d2"))["converged"] is False
+    managed.write_text("vm.swappiness = 60\n")
+    edited = run_phase_module(tmp_path, args)
+    assert edited["converged"] is False and "(files)" in edited["reason"]
+    managed.write_text("vm.swappiness = 1\n")
+    sysctl.write_text("60\n")
+    assert "(sysctls)" in run_phase_module(tmp_path, args)["reason"]
+
+
+def test_module_refuses_a_bad_watch(tmp_path):
+    result = run_phase_module(tmp_path, {"phase": "os", "inputs_digest": "d", "watch": {"volumes": []}})
+    assert result["failed"] is True and "watch has unknown kind(s) volumes" in result["msg"]
