@@ -52,10 +52,10 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     support: full
+    details: With O(state=recorded) check mode reports whether the stamp would be written, and writes nothing.
   diff_mode:
     support: full
-  platform:
-    platforms: posix
+    details: With O(state=recorded) the diff shows the stamp before and after.
 """
 
 EXAMPLES = r"""

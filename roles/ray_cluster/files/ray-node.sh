@@ -1,4 +1,4 @@
-#!/bin/bash
+#!/usr/bin/env bash
 # dgxspark.cluster ray_cluster: the main process of a node's serving container (entrypoint).
 #   ray-node.sh head   <ray start arguments>
 #   ray-node.sh worker <ray start arguments, --address=HEAD:PORT among them>

@@ -1,4 +1,4 @@
-#!/bin/bash
+#!/usr/bin/env bash
 # dgxspark.cluster vllm_container: the main process of the vLLM container on the head (entrypoint).
 #   vllm-serve.sh serve MODEL --distributed-executor-backend ray ...   (the vllm command line, no secret in it)
 # 1. writes $VLLM_CONFIG_ROOT/ray_non_carry_over_env_vars.json from DGXSPARK_RAY_NON_CARRY_OVER: the names vLLM's Ray
