@@ -28,3 +28,12 @@ attributes:
     support: none
     details: The module changes nothing, so there is nothing to diff.
 """
+
+    POSIX = r"""
+options: {}
+attributes:
+  platform:
+    description: Target operating system/family that can be operated against.
+    support: full
+    platforms: posix
+"""

@@ -45,11 +45,7 @@ options:
 extends_documentation_fragment:
   - dgxspark.cluster.attributes
   - dgxspark.cluster.attributes.READ_ONLY
-attributes:
-  platform:
-    description: Target operating system/family that can be operated against.
-    support: full
-    platforms: posix
+  - dgxspark.cluster.attributes.POSIX
 notes:
   - The order in which C(ibdev2netdev) prints devices is not fixed; the devices are returned sorted by netdev.
   - C(ibdev2netdev) derives Up/Down from the carrier; in sysfs mode the state is C(Up) when operstate is C(up).

@@ -65,11 +65,7 @@ options:
 extends_documentation_fragment:
   - dgxspark.cluster.attributes
   - dgxspark.cluster.attributes.READ_ONLY
-attributes:
-  platform:
-    description: Target operating system/family that can be operated against.
-    support: full
-    platforms: posix
+  - dgxspark.cluster.attributes.POSIX
 notes:
   - Needs iputils C(ping) (C(-M do) is not supported by busybox ping) when there are peers to ping, and iproute2 with JSON output.
 seealso:

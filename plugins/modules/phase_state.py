@@ -49,6 +49,7 @@ options:
     default: /var/lib/dgxspark/phases
 extends_documentation_fragment:
   - dgxspark.cluster.attributes
+  - dgxspark.cluster.attributes.POSIX
 attributes:
   check_mode:
     support: full

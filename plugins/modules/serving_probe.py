@@ -77,11 +77,7 @@ options:
 extends_documentation_fragment:
   - dgxspark.cluster.attributes
   - dgxspark.cluster.attributes.READ_ONLY
-attributes:
-  platform:
-    description: Target operating system/family that can be operated against.
-    support: full
-    platforms: posix
+  - dgxspark.cluster.attributes.POSIX
 notes:
   - The user needs access to the Docker daemon (root or the docker group).
   - Requests go straight to O(url); proxy environment variables are ignored.

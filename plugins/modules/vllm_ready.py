@@ -85,11 +85,7 @@ options:
 extends_documentation_fragment:
   - dgxspark.cluster.attributes
   - dgxspark.cluster.attributes.READ_ONLY
-attributes:
-  platform:
-    description: Target operating system/family that can be operated against.
-    support: full
-    platforms: posix
+  - dgxspark.cluster.attributes.POSIX
 notes:
   - "This is an action plugin: it runs on the controller and runs M(dgxspark.cluster.serving_probe) on the host."
   - The progress lines are printed while the task runs; with several hosts in the play, each host's lines carry its name.
