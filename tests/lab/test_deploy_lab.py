@@ -47,7 +47,10 @@ def deployed(lab):
     lab.labctl("serving")
     rc, out = deploy(lab)
     assert rc == 0, out[-6000:]
-    return {"output": out, "containers": containers(lab)}
+    yield {"output": out, "containers": containers(lab)}
+    # Leave the ports (Ray's 6379, vLLM's 8000) to the next tests: stop serving as users do.
+    rc, out = run_playbook(lab, "stop.yml")
+    assert rc == 0, out[-3000:]
 
 
 def test_first_deploy_serves_and_ends_with_a_healthy_table(deployed):
