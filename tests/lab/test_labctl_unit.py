@@ -1,8 +1,9 @@
-"""Unit tests of the lab's pure logic (lab/labctl.py) and stand-in generators (no Docker, not marked lab)."""
+"""Unit tests of the lab's pure logic (the package lab/labctl/) and stand-in generators (no Docker, not marked lab)."""
 
 import importlib.util
 import io
 import os
+import sys
 import tempfile
 
 import pytest
@@ -17,7 +18,8 @@ def _load(name, path):
     return module
 
 
-labctl = _load("labctl_under_test", os.path.join(REPO, "lab", "labctl.py"))
+sys.path.insert(0, os.path.join(REPO, "lab"))
+import labctl  # noqa: E402  pylint: disable=wrong-import-position  # the package lab/labctl/ (lab/labctl.py runs it)
 standins = _load("standins_under_test", os.path.join(
     REPO, "lab", "node", "rootfs", "usr", "local", "lib", "dgxspark-lab", "dgxspark_lab_standins.py"))
 
@@ -438,7 +440,7 @@ def test_slim_rootfs_empties_caches_and_docs_only(tmp_path):
 
 def test_serving_model_tar_is_the_lab_model_dir(tmp_path, monkeypatch):
     import tarfile
-    monkeypatch.setattr(labctl, "CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(labctl.serving, "CACHE_DIR", str(tmp_path))  # the module serving_model_tar reads it from
     model_hash = labctl.serving_model_hash()
     data = labctl.serving_model_tar(model_hash)
     assert data == labctl.serving_model_tar(model_hash)  # cached by content hash
@@ -459,7 +461,7 @@ def test_serving_model_tar_built_once_when_nodes_are_filled_in_parallel(tmp_path
     (two builders used to delete each other's scratch dir and tar: a node got a model without its marker)."""
     import tarfile
     import threading
-    monkeypatch.setattr(labctl, "CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(labctl.serving, "CACHE_DIR", str(tmp_path))  # the module serving_model_tar reads it from
     model_hash = labctl.serving_model_hash()
     results = []
     threads = [threading.Thread(target=lambda: results.append(labctl.serving_model_tar(model_hash))) for _ in range(4)]
@@ -477,7 +479,7 @@ def test_serving_model_tar_built_once_when_nodes_are_filled_in_parallel(tmp_path
 def test_live_inventory_plans_on_the_controller(tmp_path, monkeypatch, count):
     """The inventory `labctl up --nodes N` writes passes playbooks/plan.yml (implicit localhost, no node contacted)."""
     import subprocess
-    monkeypatch.setattr(labctl, "STATE_DIR", str(tmp_path))
+    monkeypatch.setattr(labctl.ssh, "STATE_DIR", str(tmp_path))  # the module write_inventory reads it from
     profile = None if count == 4 else "qwen3_vl_235b_a22b_awq"
     labctl.write_inventory(count, profile)
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1")

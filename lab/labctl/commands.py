@@ -1,0 +1,333 @@
+"""The subcommands (cmd_*): what `labctl.py up`, `down`, `status`, `rail`, ... do."""
+
+import json
+import os
+import shutil
+import sys
+import time
+
+from .constants import (
+    BASE_REPO, BRIDGES, DRIVER_RE, FABRIC, LABEL, MGMT_NETWORK, NODE_NAMES, NODE_REPO, SERVING_REPO, STATE_DIR,
+    LabError,
+)
+from .logic import (
+    container_name, default_state, host_veth, mgmt_ip, node_faults, node_index, node_names, parse_rail, parse_rate,
+    render_hosts_yml, serving_model_hash,
+)
+from .host import (
+    docker, docker_available, ensure_docker, ip_cmd, link_exists, load_state, log, out, save_state, state_lock,
+    state_path,
+)
+from .images import ensure_images, image_exists, prune_images, remove_stale_images
+from .serving import (
+    copy_image_into_node, ensure_serving_image, node_has_image, node_has_model, provide_serving, record_serving_image,
+    serving_model_path,
+)
+from .ssh import MGMT_NETPLAN_PATH, ensure_ssh_keys, mgmt_netplan_tar, ssh_dir, write_inventory, write_ssh_files
+from .network import ensure_bridges, ensure_iptables, ensure_mgmt_network, remove_iptables
+from .nodes import (
+    apply_node_network, container_pid, create_node, fabric_ok, in_node_netns, inspect_container, lab_containers,
+    node_keys_id, plumb_fabric, remove_node, system_state, wait_nodes,
+)
+
+
+def cmd_build(_args):
+    ensure_docker()
+    image = ensure_images()
+    print(image)
+
+
+def cmd_up(args):
+    count = node_names(args.nodes) and args.nodes
+    started = time.time()
+    ensure_docker()
+    with state_lock():
+        previous = load_state() or {}
+        rate = parse_rate(args.rate) if args.rate is not None else previous.get("rate")
+        state = default_state(count, rate)  # `up` heals faults: every rail plugged, every node attached
+        state["model_profile"] = args.model_profile or previous.get("model_profile")
+        if previous.get("serving_image"):
+            state["serving_image"] = previous["serving_image"]
+        image = ensure_images()
+        state["image"] = image
+        nodes = node_names(count)
+        ensure_ssh_keys(nodes)
+        ensure_mgmt_network()
+        ensure_bridges()
+        ensure_iptables()
+        existing = lab_containers()
+        for node in existing:
+            if node not in nodes:
+                log("removing %s (not part of a %d-node lab)" % (node, count))
+                remove_node(node)
+        for index, node in enumerate(nodes):
+            info = inspect_container(node)
+            if info and (info["Config"]["Image"] != image
+                         or info["NetworkSettings"]["Networks"].get(MGMT_NETWORK, {}).get("IPAddress") not in
+                         (mgmt_ip(index), None, "")):
+                log("recreating %s (image or address changed)" % node)
+                remove_node(node)
+                info = None
+            elif info and (info["Config"].get("Labels") or {}).get(LABEL + ".keys") != node_keys_id(node):
+                log("recreating %s (seeded with the SSH keys of another lab state dir)" % node)
+                remove_node(node)
+                info = None
+            if info is None:
+                log("creating %s (%s)" % (node, mgmt_ip(index)))
+                create_node(node, index, image)
+                docker("start", container_name(node))
+                plumb_fabric(node, state)
+            elif not info["State"]["Running"]:
+                log("starting %s" % node)
+                docker("start", container_name(node))
+                plumb_fabric(node, state)
+            elif not fabric_ok(node):
+                log("re-plumbing the fabric of %s" % node)
+                plumb_fabric(node, state)
+            else:
+                apply_node_network(node, state)
+            if docker("exec", container_name(node), "test", "-e", "/" + MGMT_NETPLAN_PATH, check=False).returncode != 0:
+                docker("cp", "-", container_name(node) + ":/", input_data=mgmt_netplan_tar(index))
+        save_state(state)
+        write_ssh_files(count)
+        write_inventory(count, state.get("model_profile"))
+        prune_images(image)
+    results = wait_nodes(nodes)
+    bad = False
+    for node in nodes:
+        sysstate, ssh_ok, failed = results[node]
+        if sysstate != "running" or not ssh_ok:
+            # degraded = booted with failed units (something changed inside the node): warn, it is usable;
+            # `labctl.py reset NODE` gives a fresh node.
+            bad = bad or not ssh_ok or sysstate not in ("running", "degraded")
+            log("%s: system %s, ssh %s; failed units: %s" % (
+                node, sysstate, "ok" if ssh_ok else "NOT reachable", failed.replace("\n", "; ") or "none"))
+    if args.serving and not bad:
+        tag = ensure_serving_image()
+        record_serving_image(tag)
+        provide_serving(nodes, tag)
+    log("lab up: %d nodes in %.1f s; inventory %s; ssh -F %s spark-alpha" % (
+        count, time.time() - started, os.path.join(STATE_DIR, "inventory"), os.path.join(ssh_dir(), "config")))
+    return 1 if bad else 0
+
+
+def cmd_down(args):
+    if not docker_available():
+        log("docker is not running; cleaning host links only")
+    else:
+        with state_lock():
+            for node in lab_containers():
+                log("removing %s" % node)
+                remove_node(node)
+            docker("network", "rm", MGMT_NETWORK, check=False)
+    for node in NODE_NAMES:
+        for kind, _netdev, _rail in FABRIC:
+            if link_exists(host_veth(node, kind)):
+                ip_cmd("link", "del", host_veth(node, kind), check=False)
+    for bridge in BRIDGES.values():
+        if link_exists(bridge):
+            ip_cmd("link", "del", bridge, check=False)
+    remove_iptables()
+    for path in (state_path(), ):
+        if os.path.exists(path):
+            os.unlink(path)
+    shutil.rmtree(os.path.join(STATE_DIR, "inventory"), ignore_errors=True)
+    if args.purge:
+        if docker_available():
+            remove_stale_images(NODE_REPO, None)
+            remove_stale_images(BASE_REPO, None)
+            remove_stale_images(SERVING_REPO, None)
+        shutil.rmtree(STATE_DIR, ignore_errors=True)
+    log("lab down")
+    return 0
+
+
+def node_status(node, index, state):
+    info = inspect_container(node)
+    row = {"node": node, "mgmt_ip": mgmt_ip(index), "container": "absent"}
+    if not info:
+        return row
+    row["container"] = info["State"]["Status"]
+    if not info["State"]["Running"]:
+        return row
+    row["system"] = system_state(node)
+    pid = info["State"]["Pid"]
+    links = {}
+    proc = in_node_netns(pid, "ip", "-j", "addr", "show", check=False)
+    for link in json.loads(proc.stdout or b"[]"):
+        links[link["ifname"]] = link
+    faults = node_faults(state, node) if state else {}
+    row["fabric"] = {}
+    for kind, netdev, rail in FABRIC:
+        link = links.get(netdev)
+        host = host_veth(node, kind)
+        entry = {"present": link is not None}
+        if link:
+            entry.update({"operstate": link.get("operstate"), "mtu": link.get("mtu"),
+                          "ipv4": ["%s/%s" % (a["local"], a["prefixlen"]) for a in link.get("addr_info", [])
+                                   if a.get("family") == "inet"]})
+        entry["host_end"] = host if link_exists(host) else None
+        if rail:
+            entry["rail"] = rail
+            entry["fault"] = "detached" if faults.get("detached") else ("cable pulled" if faults.get("rail%d" % rail) == "down" else None)
+        row["fabric"][netdev] = entry
+    row["driver"] = out(docker("exec", container_name(node), "cat", "/etc/dgxspark-lab/driver-version", check=False))
+    if state and state.get("serving_image"):
+        row["serving"] = {"image": node_has_image(node, state["serving_image"]),
+                          "model": serving_model_path() if node_has_model(node, serving_model_hash()) else None}
+    return row
+
+
+def cmd_status(args):
+    state = load_state()
+    if not docker_available():
+        rows, count = [], (state or {}).get("nodes", 0)
+    else:
+        existing = lab_containers()
+        count = (state or {}).get("nodes") or len(existing)
+        rows = [node_status(n, i, state or {}) for i, n in enumerate(NODE_NAMES)
+                if i < count or n in existing]
+    if args.json:
+        print(json.dumps({"state": state, "serving_image": (state or {}).get("serving_image"), "nodes": rows},
+                         indent=2))
+        return 0
+    if not rows:
+        print("lab is down (no nodes); `python3 lab/labctl.py up` starts it")
+        return 0
+    print("lab: %d nodes, image %s, rate %s, serving image %s" % (
+        count, (state or {}).get("image"), (state or {}).get("rate") or "unlimited",
+        (state or {}).get("serving_image") or "none (`labctl.py serving`)"))
+    for row in rows:
+        fabric = " ".join("%s=%s%s" % (netdev, e.get("operstate", "absent"), "(%s)" % e["fault"] if e.get("fault") else "")
+                          for netdev, e in row.get("fabric", {}).items())
+        serving = ""
+        if "serving" in row:
+            serving = " serving=%s" % ("+".join(k for k in ("image", "model") if row["serving"][k]) or "missing")
+        print("%-14s %-15s %-8s %-9s driver=%-10s %s%s" % (
+            row["node"], row["mgmt_ip"], row["container"], row.get("system", "-"), row.get("driver", "-"), fabric,
+            serving))
+    return 0
+
+
+def require_state(node):
+    state = load_state()
+    if not state:
+        raise LabError("the lab is not up; run `labctl.py up` first")
+    if node_index(node) >= state["nodes"]:
+        raise LabError("%s is not part of the running %d-node lab" % (node, state["nodes"]))
+    return state
+
+
+def cmd_rail(args):
+    rail = parse_rail(args.rail)
+    with state_lock():
+        state = require_state(args.node)
+        node_faults(state, args.node)["rail%d" % rail] = args.action
+        apply_node_network(args.node, state)
+        save_state(state)
+    log("%s rail %d (%s) cable %s" % (args.node, rail, FABRIC[rail - 1][1], "plugged" if args.action == "up" else "pulled"))
+    return 0
+
+
+def cmd_attach(args, detached):
+    with state_lock():
+        state = require_state(args.node)
+        node_faults(state, args.node)["detached"] = detached
+        apply_node_network(args.node, state)
+        save_state(state)
+    log("%s %s the fabric" % (args.node, "detached from" if detached else "attached to"))
+    return 0
+
+
+def cmd_restart(args):
+    with state_lock():
+        state = require_state(args.node)
+        docker("restart", "-t", "10", container_name(args.node))
+        plumb_fabric(args.node, state)
+    results = wait_nodes([args.node])
+    sysstate, ssh_ok, failed = results[args.node]
+    log("%s restarted: system %s, ssh %s %s" % (args.node, sysstate, "ok" if ssh_ok else "NOT reachable", failed))
+    return 0 if ssh_ok else 1
+
+
+def cmd_reset(args):
+    """Recreate nodes from the image: whatever was changed inside them is gone (keys and faults stay)."""
+    with state_lock():
+        state = load_state()
+        if not state:
+            raise LabError("the lab is not up; run `labctl.py up` first")
+        for node in args.node:
+            require_state(node)
+        # The serving image and model directory are lab-provided (like keys and faults): a node that had
+        # them gets them back after the reset (the node's Docker volume is recreated empty).
+        serving = state.get("serving_image")
+        reload_serving = [n for n in args.node if serving and inspect_container(n) and node_has_image(n, serving)]
+        for node in args.node:
+            log("resetting %s" % node)
+            remove_node(node)
+            create_node(node, node_index(node), state["image"])
+            docker("start", container_name(node))
+            plumb_fabric(node, state)
+    results = wait_nodes(args.node)
+    ok = True
+    for node in args.node:
+        sysstate, ssh_ok, failed = results[node]
+        ok = ok and ssh_ok and sysstate == "running"
+        log("%s reset: system %s, ssh %s %s" % (node, sysstate, "ok" if ssh_ok else "NOT reachable", failed))
+    if reload_serving and image_exists(serving):
+        provide_serving(reload_serving, serving)
+    return 0 if ok else 1
+
+
+def cmd_driver(args):
+    if not DRIVER_RE.match(args.version):
+        raise LabError("driver version %r does not look like 580.95.05" % args.version)
+    require_state(args.node)
+    docker("exec", container_name(args.node), "sh", "-c",
+           "printf '%s\\n' > /etc/dgxspark-lab/driver-version" % args.version)
+    log("%s: nvidia-smi now reports driver %s" % (args.node, args.version))
+    return 0
+
+
+def cmd_load_image(args):
+    """Copy an image from the host's Docker into the Docker daemon of lab nodes (skipped where present)."""
+    state = load_state()
+    if not state:
+        raise LabError("the lab is not up; run `labctl.py up` first")
+    nodes = args.node or node_names(state["nodes"])
+    for node in nodes:
+        require_state(node)
+    proc = docker("image", "inspect", "-f", "{{.Id}}", args.image, check=False)
+    if proc.returncode != 0:
+        raise LabError("image %s is not in the host's Docker (build it first; nothing is pulled)" % args.image)
+    image_id = out(proc)
+    for node in nodes:
+        have = out(docker("exec", container_name(node), "docker", "image", "inspect", "-f", "{{.Id}}", args.image,
+                          check=False))
+        if have == image_id:
+            log("%s: %s already loaded" % (node, args.image))
+            continue
+        log("%s: loaded %s in %.1f s" % (node, args.image, copy_image_into_node(node, args.image)))
+    return 0
+
+
+def cmd_serving(args):
+    """Build the serving image if its inputs changed, load it (and the lab model directory) into nodes."""
+    state = load_state()
+    if not state:
+        raise LabError("the lab is not up; run `labctl.py up` first")
+    nodes = args.node or node_names(state["nodes"])
+    for node in nodes:
+        require_state(node)
+        container_pid(node)
+    ensure_docker()
+    tag = ensure_serving_image()
+    record_serving_image(tag)
+    provide_serving(nodes, tag)
+    print(tag)
+    return 0
+
+
+def cmd_inventory(args):
+    sys.stdout.write(render_hosts_yml(args.nodes))
+    return 0

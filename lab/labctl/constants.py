@@ -1,0 +1,70 @@
+"""Settings of the lab (paths, names, addresses, image repositories, build formats) and LabError.
+
+The bottom of the package: imports nothing from it.
+"""
+
+import os
+import re
+
+# lab/: this package is lab/labctl/
+LAB_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO_DIR = os.path.dirname(LAB_DIR)
+NODE_DIR = os.path.join(LAB_DIR, "node")
+SERVING_DIR = os.path.join(LAB_DIR, "serving")
+STATE_DIR = os.environ.get("DGXSPARK_LAB_STATE", os.path.join(LAB_DIR, "state"))
+CACHE_DIR = os.environ.get("DGXSPARK_LAB_CACHE", os.path.join(REPO_DIR, ".cache", "lab"))
+STATIC_INVENTORY_DIR = os.path.join(REPO_DIR, "inventories", "lab")
+
+NODE_NAMES = ("spark-alpha", "spark-beta", "spark-gamma", "spark-delta",
+              "spark-epsilon", "spark-zeta", "spark-eta", "spark-theta")
+MIN_NODES, MAX_NODES, DEFAULT_NODES = 2, 8, 4
+
+SUITE = "bookworm"
+DEFAULT_MIRROR = "http://deb.debian.org/debian"
+BASE_REPO = "dgxspark-lab/node-base"
+NODE_REPO = "dgxspark-lab/node"
+BUILD_FORMAT = "2"  # bump to force a rebuild when the build procedure itself changes
+
+# Serving image (LAB STAND-IN for vLLM on real Ray, lab/serving/README.md): its own debootstrap rootfs.
+SERVING_REPO = "dgxspark-lab/serving"
+SERVING_BUILD_FORMAT = "3"
+SERVING_PACKAGES = ("python3", "python3-venv", "iproute2", "procps", "ca-certificates", "python-is-python3")
+SERVING_MODELS_DIR = "/var/lib/dgxspark-lab/models"  # in each node; containers mount it (e.g. at /models)
+SERVING_MODEL_NAME = "qwen3-standin"
+SERVING_MODEL_SHARDS, SERVING_MODEL_SHARD_MIB = 4, 1.0
+SERVING_MODEL_MARKER = ".dgxspark-lab-model"  # holds the model's content hash
+
+LABEL = "dgxspark.lab"
+CONTAINER_PREFIX = "dgxspark-lab-"
+MGMT_NETWORK = "dgxspark-lab-mgmt"
+MGMT_SUBNET = "172.31.240.0/24"
+MGMT_GATEWAY = "172.31.240.1"
+MGMT_FIRST_OFFSET = 10  # spark-alpha = .10, spark-beta = .11, ...
+
+# The fabric: two isolated Linux bridges, one per rail; per node four veths named like GB10's CX-7.
+# (kind, node-side netdev, rail number or None for the unplugged port-0 twins)
+FABRIC = (
+    ("r1", "enp1s0f1np1", 1),
+    ("r2", "enP2p1s0f1np1", 2),
+    ("p0a", "enp1s0f0np0", None),
+    ("p0b", "enP2p1s0f0np0", None),
+)
+BRIDGES = {1: "dsl-rail1", 2: "dsl-rail2"}
+RAIL_SUBNETS = {1: "192.168.100.0/24", 2: "192.168.101.0/24"}
+RAIL_ADDRESS_OFFSET = 10
+HOST_MTU = 9000
+NODE_START_MTU = 1500
+
+CAPABILITIES = ("SYS_ADMIN", "NET_ADMIN", "NET_RAW", "MKNOD", "SYS_PTRACE", "IPC_LOCK", "SYS_CHROOT",
+                "SETFCAP", "AUDIT_WRITE", "AUDIT_CONTROL", "SYS_NICE", "CHOWN", "DAC_OVERRIDE", "FOWNER",
+                "FSETID", "KILL", "SETGID", "SETUID", "SETPCAP", "NET_BIND_SERVICE", "IPC_OWNER",
+                "DAC_READ_SEARCH", "LEASE")
+# Not granted: SYS_TIME (the host clock), SYS_MODULE, SYS_RAWIO, SYS_BOOT, SYSLOG, MAC_*; never --privileged
+# (and --cap-add ALL fails here: CAP_SYS_RESOURCE is not in the bounding set).
+
+DRIVER_RE = re.compile(r"^\d{3}\.\d{1,3}(\.\d{1,3})?$")
+RATE_RE = re.compile(r"^\d+(\.\d+)?(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps)$")
+
+
+class LabError(Exception):
+    """An error with a message that says what to do."""

@@ -1,0 +1,295 @@
+"""Pure logic: node naming, addressing, rate and apt-source parsing, content hashes (the image tags), rendering
+of the inventory and ssh files, the state's defaults. No Docker, no root: unit tested by tests/lab/test_labctl_unit.py.
+"""
+
+import hashlib
+import ipaddress
+import json
+import os
+import re
+
+from .constants import (
+    BUILD_FORMAT, CONTAINER_PREFIX, DEFAULT_MIRROR, DEFAULT_NODES, MAX_NODES, MGMT_FIRST_OFFSET, MGMT_SUBNET,
+    MIN_NODES, NODE_DIR, NODE_NAMES, RAIL_ADDRESS_OFFSET, RAIL_SUBNETS, RATE_RE, SERVING_BUILD_FORMAT, SERVING_DIR,
+    SERVING_MODEL_NAME, SERVING_MODEL_SHARDS, SERVING_MODEL_SHARD_MIB, SERVING_PACKAGES, SERVING_REPO, SUITE,
+    LabError,
+)
+
+
+def node_names(count):
+    """Node names for a lab of `count` nodes (head first)."""
+    if not isinstance(count, int) or isinstance(count, bool) or not MIN_NODES <= count <= MAX_NODES:
+        raise LabError("node count must be an integer from %d to %d, got %r" % (MIN_NODES, MAX_NODES, count))
+    return list(NODE_NAMES[:count])
+
+
+def node_index(name):
+    if name not in NODE_NAMES:
+        raise LabError("unknown node %r; lab nodes are %s" % (name, ", ".join(NODE_NAMES)))
+    return NODE_NAMES.index(name)
+
+
+def short_name(node):
+    return node[len("spark-"):] if node.startswith("spark-") else node
+
+
+def container_name(node):
+    return CONTAINER_PREFIX + node
+
+
+def mgmt_ip(index):
+    net = ipaddress.ip_network(MGMT_SUBNET)
+    return str(net.network_address + MGMT_FIRST_OFFSET + index)
+
+
+def rail_address(rail, rank):
+    """The address the collection computes for a node (subnet.network + offset + rank)."""
+    net = ipaddress.ip_network(RAIL_SUBNETS[rail])
+    return str(net.network_address + RAIL_ADDRESS_OFFSET + rank)
+
+
+def host_veth(node, kind):
+    """Host-side end of a node's fabric veth, e.g. dsl-alpha-r1 (at most 15 characters)."""
+    name = "dsl-%s-%s" % (short_name(node), kind)
+    if len(name) > 15:
+        raise LabError("interface name %s is longer than 15 characters" % name)
+    return name
+
+
+def parse_rail(value):
+    text = str(value).strip().lower()
+    if text in ("1", "rail1", "r1"):
+        return 1
+    if text in ("2", "rail2", "r2"):
+        return 2
+    raise LabError("rail must be 1 or 2 (or rail1/rail2), got %r" % value)
+
+
+def parse_rate(value):
+    """tc rate string or None ('none', '', 'off' -> None)."""
+    if value is None:
+        return None
+    text = str(value).strip().lower()
+    if text in ("", "none", "off", "0"):
+        return None
+    if not RATE_RE.match(text):
+        raise LabError("rate %r is not a tc rate such as 1gbit, 500mbit, 100mbit (or none)" % value)
+    return text
+
+
+def rate_to_bps(rate):
+    match = re.match(r"^(\d+(?:\.\d+)?)(\w+)$", rate)
+    number, unit = float(match.group(1)), match.group(2)
+    factor = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
+              "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9}[unit]
+    return int(number * factor)
+
+
+def tbf_args(rate):
+    """`tc qdisc replace ... tbf` arguments: burst big enough for the rate at HZ=1000 and for 9000-byte frames."""
+    burst = max(rate_to_bps(rate) // 8 // 250, 64 * 1024)
+    return ["tbf", "rate", rate, "burst", str(burst), "latency", "50ms"]
+
+
+def parse_apt_sources(files):
+    """The Debian mirror apt uses, from {path: text} of sources.list / *.list / *.sources.
+
+    The first `deb` entry for the main archive (a URI not ending in -security, carrying suite
+    bookworm) wins. Returns None if there is none.
+    """
+    candidates = []
+    for path in sorted(files, key=lambda p: (not p.endswith("sources.list"), p)):
+        text = files[path]
+        if path.endswith(".sources"):
+            for stanza in re.split(r"\n\s*\n", text):
+                fields = {}
+                for line in stanza.splitlines():
+                    if line.startswith("#") or ":" not in line or line[:1].isspace():
+                        continue
+                    key, _sep, val = line.partition(":")
+                    fields[key.strip().lower()] = val.strip()
+                if fields.get("enabled", "yes").lower() == "no":
+                    continue
+                if "deb" not in fields.get("types", "").split():
+                    continue
+                for uri in fields.get("uris", "").split():
+                    candidates.append((uri, fields.get("suites", "").split()))
+        elif path.endswith(".list"):
+            for line in text.splitlines():
+                line = line.split("#", 1)[0].strip()
+                if not line.startswith("deb "):
+                    continue
+                line = re.sub(r"\[[^\]]*\]", " ", line[4:])
+                parts = line.split()
+                if len(parts) >= 2:
+                    candidates.append((parts[0], [parts[1]]))
+    for uri, suites in candidates:
+        if SUITE in suites and "security" not in uri.rstrip("/").rsplit("/", 1)[-1]:
+            return uri.rstrip("/")
+    return None
+
+
+def detect_mirror():
+    env = os.environ.get("DGXSPARK_LAB_MIRROR")
+    if env:
+        return env.rstrip("/")
+    files = {}
+    for path in ["/etc/apt/sources.list"] + sorted(
+            os.path.join("/etc/apt/sources.list.d", f) for f in (os.listdir("/etc/apt/sources.list.d")
+                                                                 if os.path.isdir("/etc/apt/sources.list.d") else [])):
+        if path.endswith((".list", ".sources")) and os.path.isfile(path):
+            with open(path) as handle:
+                files[path] = handle.read()
+    return parse_apt_sources(files) or DEFAULT_MIRROR
+
+
+def tree_entries(root):
+    """[(relative path, executable, bytes)] of every file under root, sorted (symlinks by target)."""
+    entries = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames):
+            full = os.path.join(dirpath, name)
+            rel = os.path.relpath(full, root)
+            if "__pycache__" in rel.split(os.sep) or name.endswith(".pyc"):
+                continue
+            if os.path.islink(full):
+                entries.append((rel, False, ("symlink:" + os.readlink(full)).encode()))
+            else:
+                with open(full, "rb") as handle:
+                    entries.append((rel, os.access(full, os.X_OK), handle.read()))
+    return sorted(entries)
+
+
+def content_hash(parts, length=12):
+    """Hex digest over (name, executable, bytes) parts: the image tags."""
+    digest = hashlib.sha256()
+    for name, executable, data in parts:
+        digest.update(name.encode() + b"\0" + (b"x" if executable else b"-") + b"\0")
+        digest.update(hashlib.sha256(data).digest())
+    return digest.hexdigest()[:length]
+
+
+def base_packages(text):
+    return [line.split("#", 1)[0].strip() for line in text.splitlines() if line.split("#", 1)[0].strip()]
+
+
+def base_hash_parts(mirror, node_dir=NODE_DIR):
+    parts = [("format", False, BUILD_FORMAT.encode()), ("mirror", False, mirror.encode()),
+             ("suite", False, SUITE.encode())]
+    for name in ("packages.txt", "customize.sh"):
+        path = os.path.join(node_dir, name)
+        with open(path, "rb") as handle:
+            parts.append((name, False, handle.read()))
+    return parts
+
+
+def node_hash_parts(base_tag, node_dir=NODE_DIR):
+    parts = [("base", False, base_tag.encode())]
+    with open(os.path.join(node_dir, "Dockerfile"), "rb") as handle:
+        parts.append(("Dockerfile", False, handle.read()))
+    parts += [("rootfs/" + rel, x, data) for rel, x, data in tree_entries(os.path.join(node_dir, "rootfs"))]
+    return parts
+
+
+def is_serving_test_path(rel):
+    """Test files under lab/serving/ are not image inputs (tests/, test_*.py, *_test.py, caches)."""
+    parts = rel.replace(os.sep, "/").split("/")
+    name = parts[-1]
+    return (any(p in ("tests", "test", "__pycache__", ".pytest_cache") for p in parts[:-1])
+            or name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py")
+
+
+def serving_hash_parts(mirror, serving_dir=SERVING_DIR):
+    """Inputs of the serving image: build format, mirror, suite, packages, every file of lab/serving/ but tests."""
+    parts = [("format", False, SERVING_BUILD_FORMAT.encode()), ("mirror", False, mirror.encode()),
+             ("suite", False, SUITE.encode()), ("packages", False, ",".join(SERVING_PACKAGES).encode())]
+    parts += [("serving/" + rel, x, data) for rel, x, data in tree_entries(serving_dir)
+              if not is_serving_test_path(rel)]
+    return parts
+
+
+def serving_tag(mirror, serving_dir=SERVING_DIR):
+    return "%s:%s" % (SERVING_REPO, content_hash(serving_hash_parts(mirror, serving_dir)))
+
+
+def serving_model_hash(serving_dir=SERVING_DIR, name=SERVING_MODEL_NAME, shards=SERVING_MODEL_SHARDS,
+                       shard_mib=SERVING_MODEL_SHARD_MIB):
+    """Content hash of the lab-made model directory: its generator, the safetensors writer, the parameters."""
+    parts = [("params", False, json.dumps([name, shards, shard_mib]).encode())]
+    for rel in ("make_model_dir.py", os.path.join("dgxspark_vllm_standin", "safetensors_io.py")):
+        with open(os.path.join(serving_dir, rel), "rb") as handle:
+            parts.append((rel, False, handle.read()))
+    return content_hash(parts)
+
+
+def render_hosts_yml(count, header=None):
+    """inventories/lab/hosts.yml for `count` nodes: head spark-alpha, workers the rest."""
+    names = node_names(count)
+    lines = []
+    lines.append("---")
+    lines.append(header or ("# Virtual Spark lab, %d nodes (generated by lab/labctl.py; `labctl.py inventory --nodes %d`)."
+                            % (count, count)))
+    lines.append("# ansible_host is the node's management address on the lab's internal Docker network.")
+    lines.append("all:")
+    lines.append("  children:")
+    lines.append("    head:")
+    lines.append("      hosts:")
+    lines.append("        %s:" % names[0])
+    lines.append("          ansible_host: %s" % mgmt_ip(0))
+    lines.append("    workers:")
+    if count > 1:
+        lines.append("      hosts:")
+        for i, name in enumerate(names[1:], start=1):
+            lines.append("        %s:" % name)
+            lines.append("          ansible_host: %s" % mgmt_ip(i))
+    return "\n".join(lines) + "\n"
+
+
+def render_group_vars(template_text, state_dir_expr, model_profile=None):
+    """The live inventory's group_vars/all.yml: the static one with the state-dir line (and profile) replaced."""
+    # The key's line and its indented continuation lines (a folded scalar) are replaced as one.
+    out = re.sub(r"(?m)^dgxspark_lab_state_dir:.*(?:\n[ \t]+\S.*)*$",
+                 lambda _match: "dgxspark_lab_state_dir: %s" % json.dumps(state_dir_expr), template_text)
+    if model_profile:
+        out = re.sub(r"(?m)^dgxspark_model_profile:.*$", "dgxspark_model_profile: %s" % model_profile, out)
+    return out
+
+
+def render_ssh_config(count, state_dir):
+    ssh_dir = os.path.join(state_dir, "ssh")
+    blocks = ["# Virtual Spark lab: ssh -F %s spark-alpha   (generated by lab/labctl.py)" % os.path.join(ssh_dir, "config")]
+    for i, name in enumerate(node_names(count)):
+        blocks.append("\n".join([
+            "Host %s %s" % (name, mgmt_ip(i)),
+            "    HostName %s" % mgmt_ip(i),
+            "    User root",
+            "    IdentityFile %s" % os.path.join(ssh_dir, "id_ed25519"),
+            "    IdentitiesOnly yes",
+            "    UserKnownHostsFile %s" % os.path.join(ssh_dir, "known_hosts"),
+            "    StrictHostKeyChecking yes",
+            "    ConnectTimeout 10",
+            "    LogLevel ERROR",
+        ]))
+    return "\n\n".join(blocks) + "\n"
+
+
+def render_known_hosts(entries):
+    """entries: [(node, ip, 'ssh-ed25519 AAAA...')] -> known_hosts text (name and address per line)."""
+    lines = []
+    for node, ip, pubkey in entries:
+        key = " ".join(pubkey.split()[:2])
+        lines.append("%s,%s %s" % (node, ip, key))
+    return "\n".join(lines) + "\n"
+
+
+def default_state(count=DEFAULT_NODES, rate=None):
+    return {"nodes": count, "rate": rate, "faults": {}}
+
+
+def node_faults(state, node):
+    faults = state.setdefault("faults", {}).setdefault(node, {})
+    faults.setdefault("rail1", "up")
+    faults.setdefault("rail2", "up")
+    faults.setdefault("detached", False)
+    return faults
