@@ -16,12 +16,14 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils.netplan import (
     by_host,
     changed_hosts,
     drift,
-    fabric_problems,
     file_state,
     generate_rejections,
     node_config,
     preflight_problems,
     preflight_summary,
+)
+from ansible_collections.dgxspark.cluster.plugins.module_utils.netplan_check import (
+    fabric_problems,
 )
 
 

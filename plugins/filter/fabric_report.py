@@ -9,15 +9,17 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 from ansible_collections.dgxspark.cluster.plugins.module_utils.fabric import (
     build_fabric_report,
+    nccl_test_max_bytes,
+    ring_pairs,
+)
+from ansible_collections.dgxspark.cluster.plugins.module_utils.fabric_role import (
     collect_probes,
     ib_runs,
     nccl_argv,
     nccl_readiness,
     nccl_result,
-    nccl_test_max_bytes,
     probe_reusable,
     rdma_readiness,
-    ring_pairs,
 )
 
 

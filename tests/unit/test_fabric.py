@@ -25,14 +25,7 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils.fabric import (
     CAUSE_SWITCH_MTU,
     FabricInputError,
     FabricParseError,
-    NCCL_CONTAINER_NAME,
     build_fabric_report,
-    collect_probes,
-    ib_runs,
-    meminfo_available_kib,
-    nccl_argv,
-    nccl_readiness,
-    nccl_result,
     nccl_test_max_bytes,
     parse_ethtool,
     parse_ib_write_bw,
@@ -40,9 +33,18 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils.fabric import (
     parse_nccl_tests,
     parse_ping,
     ping_payload,
+    ring_pairs,
+)
+from ansible_collections.dgxspark.cluster.plugins.module_utils.fabric_role import (
+    NCCL_CONTAINER_NAME,
+    collect_probes,
+    ib_runs,
+    meminfo_available_kib,
+    nccl_argv,
+    nccl_readiness,
+    nccl_result,
     probe_reusable,
     rdma_readiness,
-    ring_pairs,
 )
 
 FIXTURES = pathlib.Path(__file__).parent / 'fixtures' / 'fabric'

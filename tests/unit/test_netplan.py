@@ -20,7 +20,6 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils.netplan import (
     changed_hosts,
     connection_addresses,
     drift,
-    fabric_problems,
     file_state,
     generate_rejections,
     netplan_file_problems,
@@ -28,12 +27,15 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils.netplan import (
     observed_interfaces,
     preflight_problems,
     preflight_summary,
-    probe_errors,
-    probe_failures,
     render_yaml,
     sysctl_key,
     validate_renderer,
     validate_routes,
+)
+from ansible_collections.dgxspark.cluster.plugins.module_utils.netplan_check import (
+    fabric_problems,
+    probe_errors,
+    probe_failures,
 )
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
