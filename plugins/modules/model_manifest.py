@@ -12,14 +12,14 @@ short_description: Describe a model directory once at its source, and compare or
 version_added: 0.3.0
 author: dgxspark.cluster contributors (@dgxspark)
 description:
-  - The manifest lists every file of a model directory with its relative path, size, mtime and sha256, and every symlink with
-    its target (a Hugging Face cache's snapshots are symlinks to its blobs). It lives in the directory as C(.dgxspark-manifest.json).
+  - "The manifest lists every file of a model directory with its relative path, size, mtime and sha256, and every symlink with
+    its target (a Hugging Face cache's snapshots are symlinks to its blobs). It lives in the directory as C(.dgxspark-manifest.json)."
   - With O(state=source) (on the node that has the model) it builds the manifest and writes it when it changed. A file whose
-    size and mtime equal the previous manifest's keeps its hash: a re-run reads no model content.
+    size and mtime equal the previous manifest's keeps its hash, so a re-run reads no model content.
   - With O(state=check) (read-only, on a node that receives the model) it compares the node's directory with O(manifest)
     by size and mtime, hashing only files whose size matches but whose mtime does not, and reports what the node lacks,
     the bytes to copy and the free space there.
-  - With O(state=prepared) it makes the directory ready for a resumable copy (rsync C(--partial-dir=.dgxspark-partial)):
+  - With O(state=prepared) it makes the directory ready for a resumable copy (rsync C(--partial-dir=.dgxspark-partial));
     a file whose size or content is wrong is moved into the partial directory, where rsync uses it as the basis of a delta
     copy, and a file with the right content but another mtime gets the manifest's mtime.
   - With O(state=verified) (after the copy) it fails, naming the files, unless the directory matches the manifest, then
