@@ -12,19 +12,15 @@ import time
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils.transfer_progress import progress_line, verdict
+from ansible_collections.dgxspark.cluster.plugins.module_utils.transfer_progress import (
+    distribute_wait_argument_spec,
+    progress_line,
+    verdict,
+)
 
 display = Display()
 
-ARGUMENT_SPEC = {
-    'progress_file': {'type': 'str', 'required': True},
-    'label': {'type': 'str', 'default': 'transfer'},
-    'jid': {'type': 'str'},
-    'timeout': {'type': 'int', 'default': 86400},
-    'stall_timeout': {'type': 'int', 'default': 300},
-    'progress_interval': {'type': 'int', 'default': 30},
-    'poll_interval': {'type': 'int', 'default': 5},
-}
+ARGUMENT_SPEC = distribute_wait_argument_spec()
 
 
 class ActionModule(ActionBase):

@@ -51,3 +51,16 @@ def verdict(progress, job, stalled_for, stall_timeout):
     if stalled_for > stall_timeout:
         return 'failed', 'no progress for %d s' % stall_timeout
     return 'running', ''
+
+
+def distribute_wait_argument_spec():
+    """The options of the dgxspark.cluster.distribute_wait action (shared by the action and its documentation module)."""
+    return {
+        'progress_file': {'type': 'str', 'required': True},
+        'label': {'type': 'str', 'default': 'transfer'},
+        'jid': {'type': 'str'},
+        'timeout': {'type': 'int', 'default': 86400},
+        'stall_timeout': {'type': 'int', 'default': 300},
+        'progress_interval': {'type': 'int', 'default': 30},
+        'poll_interval': {'type': 'int', 'default': 5},
+    }

@@ -81,9 +81,11 @@ bytes:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.dgxspark.cluster.plugins.module_utils.transfer_progress import distribute_wait_argument_spec
+
 
 def main():
-    module = AnsibleModule(argument_spec={}, supports_check_mode=True)
+    module = AnsibleModule(argument_spec=distribute_wait_argument_spec(), supports_check_mode=True)
     module.fail_json(msg='dgxspark.cluster.distribute_wait runs as an action plugin on the controller')
 
 

@@ -61,7 +61,7 @@ def test_build_hashes_every_file_once_then_reuses_the_hashes(tmp_path):
 
 def test_build_rehashes_only_a_changed_file(tmp_path):
     root = make_model(tmp_path / 'src', SHARDS)
-    manifest, _ = build(root, None)
+    manifest, _hashed = build(root, None)
     make_model(tmp_path / 'src', {'config.json': b'{"x": 1}'})
     os.utime(os.path.join(root, 'config.json'), ns=(MTIME_NS + 1, MTIME_NS + 1))
     _new, hashed = build(root, manifest)
@@ -71,7 +71,7 @@ def test_build_rehashes_only_a_changed_file(tmp_path):
 def test_build_skips_the_collections_own_files_and_records_links(tmp_path):
     root = make_model(tmp_path / 'hub', {'blobs/abc': b'x' * 10, MANIFEST_NAME: b'{}', PARTIAL_DIR + '/blobs/abc': b'x'},
                       links=[('snapshots/rev1/model.safetensors', '../../blobs/abc')])
-    manifest, _ = build(root, None)
+    manifest, _hashed = build(root, None)
     assert [f['path'] for f in manifest['files']] == ['blobs/abc']
     assert manifest['links'] == [{'path': 'snapshots/rev1/model.safetensors', 'target': '../../blobs/abc'}]
 
@@ -87,7 +87,7 @@ def test_build_refuses_a_missing_or_empty_source(tmp_path, make, message):
 
 def _node_copy(tmp_path, mutate):
     source = make_model(tmp_path / 'src', SHARDS, links=[('latest', 'config.json')])
-    manifest, _ = build(source, None)
+    manifest, _hashed = build(source, None)
     node = make_model(tmp_path / 'node', SHARDS, links=[('latest', 'config.json')])
     mutate(node)
     return node, manifest

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # dgxspark.cluster distribute: runs on a node; moves the model or the serving image along the chain of nodes.
 #   model: pull the files this node lacks from the node before it in the chain, over every rail at once, with rsync
 #          over SSH, again and again until it has them all. Each pass takes only files that are complete upstream
@@ -62,7 +61,7 @@ def rsync_pass(args, upstream, entries):
     try:
         command = ['rsync', '-a', '--partial-dir=' + PARTIAL_DIR, '--ignore-missing-args', '--files-from=' + listing.name,
                    '-e', ' '.join(ssh_command(args)), '%s@%s:%s/' % (args.user, upstream, args.dir), args.dir + '/']
-        proc = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, universal_newlines=True)
+        proc = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, universal_newlines=True, check=False)
         return proc.returncode, proc.stderr.strip().splitlines()[-3:]
     finally:
         os.unlink(listing.name)
