@@ -35,10 +35,10 @@ def plot_sweep(path, series, title):
         ax.legend(fontsize=8)
     ax_tok.set_ylabel('output throughput (tokens/s)')
     ax_tok.set_title('Output tokens/s against concurrency')
-    ax_tok.set_ylim(bottom=0)
+    ax_tok.set_ylim(0, ax_tok.get_ylim()[1] * 1.1)   # headroom: the top point stays inside the frame
     ax_ttft.set_ylabel('time to first token (ms)')
     ax_ttft.set_title('Time to first token against concurrency')
-    ax_ttft.set_ylim(bottom=0)
+    ax_ttft.set_ylim(0, ax_ttft.get_ylim()[1] * 1.1)
     fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     fig.savefig(path)

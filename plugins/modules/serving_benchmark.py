@@ -210,11 +210,13 @@ def main():
         handle.write(csv_text(rows))
     series = [(p['label'], rows)]
     if previous:
-        series.append((previous.get('label') or 'previous', previous['rows']))
+        # Two runs of one transport still read apart: each series is named with its date.
+        series = [('%s %s' % (p['label'], result['date'][:16]), rows),
+                  ('%s %s' % (previous.get('label') or 'previous', str(previous.get('date') or '')[:16]), previous['rows'])]
     try:
         from ansible_collections.dgxspark.cluster.plugins.module_utils.benchmark_plot import plot_sweep
         plot_sweep(files['png'], series, '%s: %s (prompt %d, output %d tokens)' % (
-            p['model'], ' vs '.join(label for label, _ in series), p['prompt_tokens'], p['output_tokens']))
+            p['model'], ' vs '.join(label.split()[0] for label, _ in series), p['prompt_tokens'], p['output_tokens']))
     except ImportError as err:
         module.fail_json(msg='matplotlib is needed for the PNG on the controller (pip install -r requirements.txt): %s' % err,
                          rows=rows, files={k: v for k, v in files.items() if k != 'png'})
