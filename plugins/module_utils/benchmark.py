@@ -18,10 +18,7 @@ import json
 import threading
 import time
 
-try:
-    from urllib.request import Request, urlopen
-except ImportError:  # pragma: no cover  (Python 2 is not supported by the collection)
-    Request = urlopen = None
+from ansible.module_utils.urls import open_url
 
 COLUMNS = ('concurrency', 'requests', 'errors', 'ttft_ms_median', 'ttft_ms_p99', 'itl_ms_median',
            'per_user_tok_s_median', 'per_user_tok_s_min', 'total_tok_s', 'wall_s')
@@ -165,12 +162,15 @@ def stream_request(url, api_key, body, timeout):
     t0 = time.monotonic()
     lines, stamps = [], []
     try:
-        req = Request(url, data=json.dumps(body).encode(), headers=headers)
-        with urlopen(req, timeout=timeout) as resp:
+        resp = open_url(url, data=json.dumps(body), headers=headers, method='POST', timeout=timeout)
+        try:
             for raw in resp:
                 stamps.append(time.monotonic())
                 lines.append(raw.decode('utf-8', 'replace'))
-    except Exception as err:  # pylint: disable=broad-except  (any failure is the request's error, counted)
+        finally:
+            resp.close()
+    # Any failure is that request's error, counted in its level.
+    except Exception as err:  # pylint: disable=broad-except
         code = getattr(err, 'code', None)
         return request_record([], None, 'HTTP %s' % code if code else '%s: %s' % (type(err).__name__, err))
     return parse_sse_lines(lines, t0, lambda i: stamps[i])

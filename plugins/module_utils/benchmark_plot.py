@@ -17,7 +17,7 @@ def plot_sweep(path, series, title):
 
     fig, (ax_tok, ax_ttft) = plt.subplots(1, 2, figsize=(12, 4.8), dpi=110)
     colours = ['tab:blue', 'tab:orange', 'tab:green', 'tab:red']
-    levels = sorted(set(r['concurrency'] for _, rows in series for r in rows))
+    levels = sorted(set(r['concurrency'] for unused_label, rows in series for r in rows))
     for (label, rows), colour in zip(series, colours):
         rows = sorted(rows, key=lambda r: r['concurrency'])
         xs = [r['concurrency'] for r in rows]

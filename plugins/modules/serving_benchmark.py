@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: serving_benchmark
 short_description: Run a streaming concurrency sweep against the vLLM endpoint and write JSON, CSV and a PNG
-version_added: 0.3.0
+version_added: 0.2.0
 author: dgxspark.cluster contributors (@dgxspark)
 description:
   - Sends streaming C(/v1/completions) requests (fixed prompt and output lengths, C(ignore_eos), usage in the last chunk)
@@ -147,7 +147,7 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils.benchmark import 
 def read_key(path):
     if not path:
         return ''
-    with open(os.path.expanduser(path)) as handle:
+    with open(path) as handle:
         return handle.readline().strip()
 
 
@@ -159,8 +159,8 @@ def main():
             api_key_file=dict(type='path', default=''),
             api_key=dict(type='str', default='', no_log=True),
             concurrency=dict(type='list', elements='int', default=[1, 2, 4, 8, 16, 32, 64]),
-            prompt_tokens=dict(type='int', default=512),
-            output_tokens=dict(type='int', default=128),
+            prompt_tokens=dict(type='int', default=512, no_log=False),
+            output_tokens=dict(type='int', default=128, no_log=False),
             requests_per_user=dict(type='int', default=2),
             timeout=dict(type='float', default=600),
             results_dir=dict(type='path', required=True),
@@ -181,7 +181,8 @@ def main():
         try:
             with open(p['previous_results']) as handle:
                 previous = json.load(handle)
-            previous['rows']  # pylint: disable=pointless-statement  (a results.json has rows)
+            if not isinstance(previous['rows'], list):
+                raise TypeError('rows is not a list')
         except (OSError, ValueError, KeyError, TypeError) as err:
             module.fail_json(msg='previous_results %s is not a results.json of this benchmark: %s' % (p['previous_results'], err))
     try:
@@ -216,7 +217,7 @@ def main():
     try:
         from ansible_collections.dgxspark.cluster.plugins.module_utils.benchmark_plot import plot_sweep
         plot_sweep(files['png'], series, '%s: %s (prompt %d, output %d tokens)' % (
-            p['model'], ' vs '.join(label.split()[0] for label, _ in series), p['prompt_tokens'], p['output_tokens']))
+            p['model'], ' vs '.join(label.split()[0] for label, unused_rows in series), p['prompt_tokens'], p['output_tokens']))
     except ImportError as err:
         module.fail_json(msg='matplotlib is needed for the PNG on the controller (pip install -r requirements.txt): %s' % err,
                          rows=rows, files={k: v for k, v in files.items() if k != 'png'})

@@ -20,8 +20,8 @@ with open(os.path.join(HERE, 'fixtures', 'standin_completions_stream_40tps.json'
 
 
 def test_parse_recorded_standin_stream():
-    lines = [line for _, line in RECORDED['lines']]
-    stamps = [t for t, _ in RECORDED['lines']]
+    lines = [line for unused_t, line in RECORDED['lines']]
+    stamps = [t for t, unused_line in RECORDED['lines']]
     rec = parse_sse_lines(lines, 0.0, lambda i: stamps[i])
     assert rec['ok'] and rec['error'] is None
     assert rec['output_tokens'] == 6 and rec['prompt_tokens'] == 5
