@@ -18,7 +18,8 @@ import json
 import threading
 import time
 
-from ansible.module_utils.urls import open_url
+import http.client as http_client
+from urllib.parse import urlsplit
 
 COLUMNS = ('concurrency', 'requests', 'errors', 'ttft_ms_median', 'ttft_ms_p99', 'itl_ms_median',
            'per_user_tok_s_median', 'per_user_tok_s_min', 'total_tok_s', 'wall_s')
@@ -161,18 +162,24 @@ def stream_request(url, api_key, body, timeout):
         headers['authorization'] = 'Bearer %s' % api_key
     t0 = time.monotonic()
     lines, stamps = [], []
+    # A plain HTTP(S) connection: no per-request opener or proxy lookup whose cost would be counted as TTFT.
+    parts = urlsplit(url)
+    conn_class = http_client.HTTPSConnection if parts.scheme == 'https' else http_client.HTTPConnection
     try:
-        resp = open_url(url, data=json.dumps(body), headers=headers, method='POST', timeout=timeout)
+        conn = conn_class(parts.hostname, parts.port, timeout=timeout)
         try:
+            conn.request('POST', parts.path, body=json.dumps(body), headers=headers)
+            resp = conn.getresponse()
+            if resp.status != 200:
+                return request_record([], None, 'HTTP %s' % resp.status)
             for raw in resp:
                 stamps.append(time.monotonic())
                 lines.append(raw.decode('utf-8', 'replace'))
         finally:
-            resp.close()
+            conn.close()
     # Any failure is that request's error, counted in its level.
     except Exception as err:  # pylint: disable=broad-except
-        code = getattr(err, 'code', None)
-        return request_record([], None, 'HTTP %s' % code if code else '%s: %s' % (type(err).__name__, err))
+        return request_record([], None, '%s: %s' % (type(err).__name__, err))
     return parse_sse_lines(lines, t0, lambda i: stamps[i])
 
 
