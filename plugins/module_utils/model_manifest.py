@@ -162,18 +162,6 @@ def free_bytes(path):
     return stat.f_bavail * stat.f_frsize
 
 
-def partial_bytes(root):
-    """Bytes already in the partial directory (a resumed copy's basis)."""
-    total = 0
-    for dirpath, _dirnames, filenames in os.walk(os.path.join(root, PARTIAL_DIR)):
-        for name in filenames:
-            try:
-                total += os.lstat(os.path.join(dirpath, name)).st_size
-            except OSError:
-                pass
-    return total
-
-
 def disk_problem(node, root, bytes_needed, reserve_bytes, free):
     """The message for a node without room for what it lacks (None when it has room)."""
     need = bytes_needed + reserve_bytes
