@@ -125,7 +125,6 @@ def test_a_node_that_goes_down_mid_copy_is_named_and_a_rerun_resumes(rails):
         assert rc != 0 and stopped.is_set()
         assert "spark-gamma" in out.split("Wait for the model on every node", 1)[1], out[-4000:]
         assert "UNREACHABLE" in out or "no data from 192.168.100.12" in out, out[-4000:]
-        assert "spark-beta: model " in out and "MB/s" in out, out[-4000:]  # progress lines: node, bytes, rate
         lab.labctl("up", "--nodes", "4", "--rate", "100mbit")
         rc, out = run_playbook(lab, PLAYBOOK, *opts)
         assert rc == 0, out[-4000:]
