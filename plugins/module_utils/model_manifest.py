@@ -6,8 +6,8 @@ comparison of a node's copy with it.
 
 Hashing 400 GB costs minutes, so content is hashed once, at the source, and only again where the cheap facts disagree:
 - at the source, a file whose size and mtime equal the previous manifest's keeps its hash (no read);
-- on a node, a file with the manifest's size and mtime is taken as it is (rsync, which copied it, preserves the mtime
-  and checks every file it transfers with its own whole-file checksum); a file with the right size and another mtime
+- on a node, a file with the manifest's size and mtime is taken as it is (the relay that wrote it hashed it as it
+  arrived and gave it the manifest's mtime only when its sha256 matched); a file with the right size and another mtime
   is hashed, and re-stamped with the manifest's mtime when its content matches; anything else is copied again.
 The files the collection keeps in the directory (MANIFEST_NAME, PARTIAL_DIR) are never part of the model.
 """
@@ -18,7 +18,7 @@ import hashlib
 import os
 
 MANIFEST_NAME = '.dgxspark-manifest.json'
-PARTIAL_DIR = '.dgxspark-partial'  # rsync --partial-dir (relative: rsync never sends it), the basis of a resumed copy
+PARTIAL_DIR = '.dgxspark-partial'  # where the relay writes a file while it arrives, before its sha256 is checked
 FORMAT = 1
 HASH_BLOCK = 8 * 1024 * 1024
 

@@ -19,9 +19,9 @@ description:
   - With O(state=check) (read-only, on a node that receives the model) it compares the node's directory with O(manifest)
     by size and mtime, hashing only files whose size matches but whose mtime does not, and reports what the node lacks,
     the bytes to copy and the free space there.
-  - With O(state=prepared) it makes the directory ready for a resumable copy (rsync C(--partial-dir=.dgxspark-partial));
-    a file whose size or content is wrong is moved into the partial directory, where rsync uses it as the basis of a delta
-    copy, and a file with the right content but another mtime gets the manifest's mtime.
+  - With O(state=prepared) it makes the directory ready to receive what it lacks. A file whose size or content is wrong is
+    removed (it is copied again whole), what an interrupted copy left in C(.dgxspark-partial) is removed, the symlinks are
+    made, and a file with the right content but another mtime gets the manifest's mtime.
   - With O(state=verified) (after the copy) it fails, naming the files, unless the directory matches the manifest, then
     writes the manifest into the directory.
 options:
@@ -110,6 +110,7 @@ complete:
 
 import json
 import os
+import shutil
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -158,22 +159,32 @@ def _by_path(manifest):
 
 
 def _prepare(module, path, manifest, diff):
-    """Move wrong files into the partial dir (rsync's basis for a delta copy) and re-stamp files whose content is right."""
+    """Remove wrong files (they come again whole) and what an interrupted copy left, make the links, re-stamp files whose
+    content is right."""
     entries = _by_path(manifest)
-    actions = len(diff['wrong']) + len(diff['restamp']) + (0 if os.path.isdir(path) else 1)
+    links = dict((link['path'], link['target']) for link in manifest.get('links') or [])
+    partial = os.path.join(path, PARTIAL_DIR)
+    actions = (len(diff['wrong']) + len(diff['restamp']) + len(diff['links_to_fix']) + (0 if os.path.isdir(path) else 1)
+               + (1 if os.path.lexists(partial) else 0))
     if module.check_mode or not actions:
         return bool(actions)
     os.makedirs(path, mode=0o755, exist_ok=True)
+    if os.path.lexists(partial):
+        shutil.rmtree(partial)
     for rel in diff['wrong']:
-        basis = os.path.join(path, PARTIAL_DIR, rel)
-        os.makedirs(os.path.dirname(basis), mode=0o700, exist_ok=True)
-        source = os.path.join(path, rel)
-        if os.path.isdir(source) and not os.path.islink(source):
-            module.fail_json(msg='%s is a directory where the model has the file %s: remove it' % (source, rel))
-        os.replace(source, basis)
+        target = os.path.join(path, rel)
+        if os.path.isdir(target) and not os.path.islink(target):
+            module.fail_json(msg='%s is a directory where the model has the file %s: remove it' % (target, rel))
+        os.unlink(target)
     for rel in diff['restamp']:
         mtime_ns = entries[rel]['mtime_ns']
         os.utime(os.path.join(path, rel), ns=(mtime_ns, mtime_ns))
+    for rel in diff['links_to_fix']:
+        link = os.path.join(path, rel)
+        if os.path.lexists(link) and (os.path.islink(link) or not os.path.isdir(link)):
+            os.unlink(link)
+        os.makedirs(os.path.dirname(link), mode=0o755, exist_ok=True)
+        os.symlink(links[rel], link)
     return True
 
 

@@ -62,7 +62,7 @@ def test_nodes_that_lack_the_image_or_model_receive_them_verified_and_a_rerun_do
     lab = rails
     lab.host("spark-gamma").run("rm -rf %s" % MODEL)
     shard = "%s/model-00002-of-00004.safetensors" % MODEL
-    # Same size, other content, newer mtime (a corrupt copy): hashed, found wrong, copied again with itself as rsync's basis.
+    # Same size, other content, newer mtime (a corrupt copy): hashed, found wrong, removed and copied again.
     lab.host("spark-beta").run("printf XXXX | dd of=%s bs=1 seek=100 conv=notrunc status=none && touch %s" % (shard, shard))
     lab.host("spark-delta").run("docker rmi -f $(docker images -q) >/dev/null")
     rc, out = run_playbook(lab, PLAYBOOK)
@@ -70,7 +70,7 @@ def test_nodes_that_lack_the_image_or_model_receive_them_verified_and_a_rerun_do
     assert len(set(content(lab).values())) == 1, content(lab)
     ids = image_ids(lab)
     assert ids["spark-delta"] == ids["spark-alpha"] and ids["spark-delta"], ids
-    assert "Start pulling the model" in out and "Start the image chain on the head" in out
+    assert "Start the model streams on the head" in out and "Start the image chain on the head" in out
 
     state = model_state(lab), image_ids(lab)
     started = time.time()
@@ -116,15 +116,15 @@ def test_a_node_that_goes_down_mid_copy_is_named_and_a_rerun_resumes(rails):
     stopped = threading.Event()
 
     def stop_gamma_once_copying(line):
-        if "Wait for the model on every node" in line and not stopped.is_set():
+        if "Wait for the model on the head" in line and not stopped.is_set():
             stopped.set()
             threading.Timer(4, lambda: __import__("subprocess").run(["docker", "stop", "-t", "1", "dgxspark-lab-spark-gamma"])).start()
 
     try:
         rc, out = run_playbook(lab, PLAYBOOK, *opts, on_line=stop_gamma_once_copying)
         assert rc != 0 and stopped.is_set()
-        assert "spark-gamma" in out.split("Wait for the model on every node", 1)[1], out[-4000:]
-        assert "UNREACHABLE" in out or "no data from 192.168.100.12" in out, out[-4000:]
+        assert "spark-gamma" in out.split("Wait for the model on the head", 1)[1], out[-4000:]
+        assert "UNREACHABLE" in out or "the stream from 192.168.10" in out, out[-4000:]
         lab.labctl("up", "--nodes", "4", "--rate", "100mbit")
         rc, out = run_playbook(lab, PLAYBOOK, *opts)
         assert rc == 0, out[-4000:]
