@@ -133,3 +133,47 @@ def test_a_node_that_goes_down_mid_copy_is_named_and_a_rerun_resumes(rails):
         lab.labctl("up", "--nodes", "4", "--rate", "none")
         for node in lab.nodes:
             lab.host(node).run("rm -rf %s" % BIG)
+
+
+HUB = "/var/lib/dgxspark-lab/download-test"
+MIRROR = "/var/lib/dgxspark-lab/hub-mirror"
+REPO = "Qwen/Qwen3.5-397B-A17B-FP8"  # the lab profile's repository; the "Hub" is the stand-in hf's local mirror
+TOKEN = "hf_lab_download_test_token_0123456789"
+
+
+def test_a_gated_download_on_the_head_is_refused_without_the_token_then_downloaded_once_and_distributed(rails, tmp_path):
+    lab = rails
+    head = lab.host("spark-alpha")
+    head.run("rm -rf {m} && mkdir -p {m}/Qwen--Qwen3.5-397B-A17B-FP8 && cd {m}/Qwen--Qwen3.5-397B-A17B-FP8 && echo '{{}}' > config.json"
+             " && head -c 3M /dev/urandom > model-00001-of-00002.safetensors && head -c 2M /dev/urandom > model-00002-of-00002.safetensors"
+             " && printf {t} > .gated".format(m=MIRROR, t=TOKEN))
+    for node in lab.nodes:
+        lab.host(node).run("rm -rf %s" % HUB)
+    opts = extra_vars(dgxspark_model=REPO, dgxspark_model_dir=HUB, dgxspark_model_download=True, distribute_image=False,
+                      distribute_download_env={"HF_ENDPOINT": "file://%s" % MIRROR},
+                      distribute_download_volumes=["%s:%s:ro" % (MIRROR, MIRROR)])
+    try:
+        rc, out = run_playbook(lab, PLAYBOOK, *opts)
+        assert rc != 0
+        assert "GatedRepoError: 401" in out, out[-3000:]
+        assert all(lab.host(node).run("ls %s/hub/models--Qwen--Qwen3.5-397B-A17B-FP8/snapshots 2>/dev/null" % HUB).stdout == ""
+                   for node in lab.nodes)
+
+        vault = tmp_path / "token.json"
+        vault.write_text(json.dumps({"dgxspark_hf_token": TOKEN}))
+        rc, out = run_playbook(lab, PLAYBOOK, *opts, "-e", "@%s" % vault)
+        assert rc == 0, out[-4000:]
+        assert TOKEN not in out
+        assert "Download the profile's repository" in out
+        snapshot = "%s/hub/models--Qwen--Qwen3.5-397B-A17B-FP8/snapshots/*/model-00002-of-00002.safetensors" % HUB
+        sums = dict((node, lab.host(node).run("sha256sum %s | cut -d' ' -f1" % snapshot).stdout) for node in lab.nodes)
+        assert len(set(sums.values())) == 1 and list(sums.values())[0], sums
+        assert head.run("stat -c %%a /etc/dgxspark/secrets/distribute_hf_token").stdout.strip() == "600"
+
+        rc, out = run_playbook(lab, PLAYBOOK, *opts, "-e", "@%s" % vault)
+        assert rc == 0, out[-4000:]
+        assert all(c["changed"] == 0 for c in recap(out).values()), recap(out)  # the manifest is there: no download
+    finally:
+        for node in lab.nodes:
+            lab.host(node).run("rm -rf %s" % HUB)
+        head.run("rm -rf %s /etc/dgxspark/secrets/distribute_hf_token" % MIRROR)
