@@ -9,7 +9,8 @@ PYTEST := $(BIN)/pytest
 MOLECULE_SCENARIOS := $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 
 .PHONY: help setup system-deps serving-venv run plan lint yamllint ansible-lint sanity unit serving-tests \
-	build bench-lab bench-network bench-deploy lab-up lab-down lab-status lab-test molecule test clean
+	build bench-lab bench-network bench-deploy bench-distribute bench-serving lab-up lab-down lab-status lab-test \
+	molecule test clean
 
 help:
 	@echo "make run    - set everything up, bring up the 4-node virtual Spark lab and run the main job on it"
@@ -79,6 +80,13 @@ bench-network: setup
 
 bench-deploy: setup
 	bench/deploy --nodes $(NODES)
+
+bench-distribute: setup
+	bench/distribute
+
+# Benchmark a deployed endpoint (playbooks/benchmark.yml): make bench-serving INVENTORY=inventories/4node BENCH_ARGS='-e ...'
+bench-serving: setup
+	$(BIN)/ansible-playbook playbooks/benchmark.yml -i $(INVENTORY) $(BENCH_ARGS)
 
 molecule: lab-up
 	set -e; for scenario in $(MOLECULE_SCENARIOS); do \

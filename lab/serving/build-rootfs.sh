@@ -7,6 +7,7 @@
 # procps + ca-certificates). Result inside it:
 #   /opt/vllm-standin            venv with the pinned ray (requirements.lock) + dgxspark_vllm_standin
 #   /usr/local/bin/vllm          the stand-in `vllm` command (LAB STAND-IN header)
+#   /usr/local/bin/hf            the stand-in `hf download` (LAB STAND-IN header; the Hub is a local directory)
 #   /usr/local/bin/ray           -> /opt/vllm-standin/bin/ray
 #   /usr/local/bin/dgxspark-make-model-dir   lab-made model directory generator
 # Wheels are downloaded on the host into $DGXSPARK_SERVING_WHEELS (default <repo>/.cache/serving-wheels)
@@ -63,6 +64,7 @@ mkdir -p "$pkg/vllm_flags"
 cp "$here"/dgxspark_vllm_standin/*.py "$pkg/"
 cp "$here"/vllm_flags/*.json "$pkg/vllm_flags/"
 install -m 0755 "$here/bin/vllm" "$rootfs/usr/local/bin/vllm"
+install -m 0755 "$here/bin/hf" "$rootfs/usr/local/bin/hf"
 sed "1s|.*|#!$venv/bin/python3|" "$here/make_model_dir.py" > "$rootfs/usr/local/bin/dgxspark-make-model-dir"
 chmod 0755 "$rootfs/usr/local/bin/dgxspark-make-model-dir"
 ln -sfn "$venv/bin/ray" "$rootfs/usr/local/bin/ray"

@@ -40,6 +40,8 @@ def load_profiles(directories):
             try:
                 with open(path, 'r', encoding='utf-8') as handle:
                     profiles[filename[:-4]] = yaml.safe_load(handle)
+                if isinstance(profiles[filename[:-4]], dict):  # a profile's patch files are relative to its directory
+                    profiles[filename[:-4]]['_dir'] = directory
             except (OSError, yaml.YAMLError) as exc:
                 problems.append('model profile %s cannot be read (%s): fix the file.' % (path, exc))
     return profiles, problems

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 
+from ansible_collections.dgxspark.cluster.plugins.module_utils.profile_schema import validate_patches
 from ansible_collections.dgxspark.cluster.plugins.module_utils.inventory_schema import (
     DEFAULT_FROM_PROFILE,
     DEFAULT_NODE_COUNT,
@@ -107,6 +108,7 @@ def validate_profile(name, profile):
     if not problems and profile['kv_cache_layers'] > profile['num_hidden_layers']:
         problems.append('%s: kv_cache_layers %d exceeds num_hidden_layers %d; fix the profile file.' % (
             where, profile['kv_cache_layers'], profile['num_hidden_layers']))
+    problems.extend(validate_patches(name, profile.get('patches'), profile.get('_dir', '.')))
     return problems
 
 

@@ -17,7 +17,7 @@ import time
 import traceback
 
 from . import envcarry, flags, progress, safetensors_io
-from .server import StandinHTTPServer, api_tokens
+from .server import TOKENS_PER_S_ENV, StandinHTTPServer, api_tokens, stream_tokens_per_s
 from .worker import RankWorker
 
 PG_WAIT_TIMEOUT_DEFAULT = 1800  # vllm/v1/executor/ray_utils.py PG_WAIT_TIMEOUT
@@ -382,7 +382,13 @@ def serve(argv, spec=None):
                       "weights": {"model_dir": model_dir, "shards": len(shards), "tensors": tensors, "bytes": nbytes}},
         }
         host = args.host if args.host is not None else ""
-        httpd = StandinHTTPServer((host, args.port), state, api_tokens(args.api_key, env))
+        try:
+            rate = stream_tokens_per_s(env)
+        except ValueError as err:
+            raise StandinError(str(err))
+        log("LAB STAND-IN streaming mode: %g tokens/s per stream, every token labelled as the stand-in's (%s)"
+            % (rate, TOKENS_PER_S_ENV))
+        httpd = StandinHTTPServer((host, args.port), state, api_tokens(args.api_key, env), rate)
     except StandinError as err:
         if world is not None:
             world.stop()

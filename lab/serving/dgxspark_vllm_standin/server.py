@@ -2,7 +2,11 @@
 
 It never generates text: /v1/chat/completions answers with a fixed statement that this is the
 dgxspark lab stand-in plus the world layout the stand-in found (ranks, nodes, fabric IPs,
-transport checks)."""
+transport checks). With "stream": true (/v1/chat/completions and /v1/completions) it runs the
+labelled streaming mode: max_tokens tokens at a fixed cadence per stream
+(DGXSPARK_LAB_STANDIN_TOKENS_PER_S, default 20), every token saying it comes from the lab
+stand-in, usage in a last chunk when stream_options.include_usage is set (as vLLM does), so a
+benchmark can be checked against a known truth."""
 import hashlib
 import json
 import secrets
@@ -36,6 +40,39 @@ def layout_text(state):
         lines.append("weights: %d shard(s), %d tensor(s), %d bytes read per rank from %s" % (
             weights["shards"], weights["tensors"], weights["bytes"], weights["model_dir"]))
     return "\n".join(lines)
+
+
+# Every streamed token names its origin, so no one mistakes the lab's figures for a model's.
+STANDIN_TOKEN = " [dgxspark LAB STAND-IN token %d]"
+STREAM_DEFAULT_MAX_TOKENS = 16
+TOKENS_PER_S_ENV = "DGXSPARK_LAB_STANDIN_TOKENS_PER_S"
+TOKENS_PER_S_DEFAULT = 20.0
+
+
+def stream_tokens_per_s(env):
+    """The labelled streaming mode's fixed cadence per stream (tokens/s), from DGXSPARK_LAB_STANDIN_TOKENS_PER_S."""
+    raw = env.get(TOKENS_PER_S_ENV) or ""
+    if not raw.strip():
+        return TOKENS_PER_S_DEFAULT
+    try:
+        rate = float(raw)
+    except ValueError:
+        rate = 0.0
+    if not rate > 0 or rate != rate or rate == float("inf"):
+        raise ValueError("%s=%r: expected a positive number of tokens per second" % (TOKENS_PER_S_ENV, raw))
+    return rate
+
+
+def stream_plan(body):
+    """(tokens to stream, prompt tokens) of a request; the stand-in has no tokenizer, so a prompt token is a
+    whitespace-separated word (chat: the text of every message)."""
+    n_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or STREAM_DEFAULT_MAX_TOKENS
+    if "messages" in body:
+        text = " ".join(m.get("content") if isinstance(m.get("content"), str) else ""
+                        for m in body["messages"] if isinstance(m, dict))
+    else:
+        text = body.get("prompt") or ""
+    return max(1, int(n_tokens)), len(text.split())
 
 
 def api_tokens(args_api_key, env):
@@ -117,11 +154,8 @@ class Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length) if length else b""
         if not self._authorized(path):
             return
-        if path != "/v1/chat/completions":
-            self._send(404 if path not in ("/v1/completions",) else 400,
-                       {"detail": "Not Found"} if path != "/v1/completions" else
-                       {"error": {"message": "the dgxspark lab stand-in serves /v1/chat/completions only",
-                                  "type": "BadRequestError", "param": None, "code": 400}})
+        if path not in ("/v1/chat/completions", "/v1/completions"):
+            self._send(404, {"detail": "Not Found"})
             return
         try:
             body = json.loads(raw or b"{}")
@@ -135,36 +169,78 @@ class Handler(BaseHTTPRequestHandler):
         if model not in names:
             self._error(404, "The model `%s` does not exist." % model, "NotFoundError", "model")
             return
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            self._error(400, "messages: Field required (a non-empty list)", "BadRequestError", "messages")
+        chat = path == "/v1/chat/completions"
+        if chat:
+            messages = body.get("messages")
+            if not isinstance(messages, list) or not messages:
+                self._error(400, "messages: Field required (a non-empty list)", "BadRequestError", "messages")
+                return
+        elif not isinstance(body.get("prompt"), str):
+            self._error(400, "prompt: Field required (a string)", "BadRequestError", "prompt")
             return
         with self.server.lock:
             self.server.requests_total += 1
-        created = int(time.time())
-        rid = "chatcmpl-%s" % uuid.uuid4().hex
-        content = layout_text(self.state)
         if body.get("stream"):
-            self.send_response(200)
-            self.send_header("content-type", "text/event-stream")
-            self.send_header("connection", "close")
-            self.end_headers()
-            for delta, finish in (({"role": "assistant", "content": ""}, None), ({"content": content}, None), ({}, "stop")):
-                chunk = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
-                         "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
-                self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-            self.wfile.write(b"data: [DONE]\n\n")
-            self.close_connection = True
-            _log('%s:%d - "POST %s HTTP/1.1" 200 OK' % (self.client_address[0], self.client_address[1], self.path))
+            self._stream(body, model, chat)
+            return
+        created = int(time.time())
+        if not chat:
+            self._error(400, "the dgxspark lab stand-in answers /v1/completions with stream=true only (the labelled "
+                             "streaming mode)", "BadRequestError", "stream")
             return
         self._send(200, {
-            "id": rid, "object": "chat.completion", "created": created, "model": model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": content, "refusal": None,
+            "id": "chatcmpl-%s" % uuid.uuid4().hex, "object": "chat.completion", "created": created, "model": model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": layout_text(self.state), "refusal": None,
                                                  "tool_calls": [], "reasoning_content": None},
                          "logprobs": None, "finish_reason": "stop", "stop_reason": None}],
             "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
             "dgxspark_lab": {"stand_in": True, "world": self.state["world"]},
         })
+
+    def _stream(self, body, model, chat):
+        """The labelled streaming mode: max_tokens tokens at the fixed cadence, each saying it is from the stand-in."""
+        created = int(time.time())
+        rid = ("chatcmpl-%s" if chat else "cmpl-%s") % uuid.uuid4().hex
+        n_tokens, prompt_tokens = stream_plan(body)
+        rate = self.server.tokens_per_s
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("connection", "close")
+        self.end_headers()
+
+        def chunk(text, finish=None, usage=None, role=False):
+            if usage is not None:
+                choices = []
+            elif chat:
+                delta = {"role": "assistant", "content": ""} if role else ({"content": text} if text else {})
+                choices = [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
+            else:
+                choices = [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}]
+            data = {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion", "created": created,
+                    "model": model, "choices": choices}
+            if usage is not None:
+                data["usage"] = usage
+            self.wfile.write(b"data: " + json.dumps(data).encode() + b"\n\n")
+            self.wfile.flush()
+
+        try:
+            if chat:
+                chunk("", role=True)
+            start = time.monotonic()
+            for i in range(n_tokens):
+                delay = start + (i + 1) / rate - time.monotonic()   # an absolute schedule: no drift
+                if delay > 0:
+                    time.sleep(delay)
+                chunk(STANDIN_TOKEN % (i + 1))
+            chunk("", finish="length")
+            if (body.get("stream_options") or {}).get("include_usage"):
+                chunk(None, usage={"prompt_tokens": prompt_tokens, "completion_tokens": n_tokens,
+                                   "total_tokens": prompt_tokens + n_tokens})
+            self.wfile.write(b"data: [DONE]\n\n")
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        self.close_connection = True
+        _log('%s:%d - "POST %s HTTP/1.1" 200 OK' % (self.client_address[0], self.client_address[1], self.path))
 
     def models(self):
         st = self.state
@@ -205,8 +281,9 @@ class StandinHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, address, state, tokens=()):
+    def __init__(self, address, state, tokens=(), tokens_per_s=TOKENS_PER_S_DEFAULT):
         super().__init__(address, Handler)
+        self.tokens_per_s = tokens_per_s
         self.state = state
         self.tokens = list(tokens)
         self.lock = threading.Lock()

@@ -1,0 +1,121 @@
+"""The distribute relay's model stream, run as a process as on a node: a GNU tar stream on stdin, the files this node
+lacks written (hashed as they arrive, put in place only when size and sha256 match), the progress file, and the end of
+the chain; a truncated stream or a wrong file is a clear failure."""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+RELAY = os.path.join(os.path.dirname(__file__), '..', '..', 'roles', 'distribute', 'files', 'distribute_relay.py')
+MTIME_NS = 1700000000123456789
+
+
+def make_source(tmp_path, files):
+    source = tmp_path / 'source'
+    for rel, data in files.items():
+        path = source / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return source
+
+
+def entry(rel, data, **override):
+    value = {'path': rel, 'size': len(data), 'mtime_ns': MTIME_NS, 'sha256': hashlib.sha256(data).hexdigest()}
+    value.update(override)
+    return value
+
+
+def tar_stream(source, paths):
+    return subprocess.run(['tar', '-C', str(source), '--null', '--files-from=-', '-cf', '-'],
+                          input=b''.join(p.encode() + b'\0' for p in paths), stdout=subprocess.PIPE, check=True).stdout
+
+
+def receive(tmp_path, stream, wanted, total=None):
+    dest = tmp_path / 'dest'
+    entries = tmp_path / 'entries.json'
+    entries.write_text(json.dumps(wanted))
+    progress = tmp_path / 'progress.json'
+    proc = subprocess.run(
+        [sys.executable, RELAY, 'model-recv', '--dir', str(dest), '--entries', str(entries), '--progress', str(progress),
+         '--lane', '0', '--lanes', '1', '--total', str(total if total is not None else len(stream)),
+         '--upstream', '192.168.100.10', '--here', '192.168.100.11',
+         '--ssh-key', '/nonexistent', '--known-hosts', '/nonexistent'],
+        input=stream, stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
+    return proc, dest, json.loads(progress.read_text())
+
+
+FILES = {
+    'config.json': b'{"model_type": "qwen3"}',
+    'model-00001-of-00002.safetensors': os.urandom(3 * 1024 * 1024 + 17),
+    'model-00002-of-00002.safetensors': os.urandom(1024 * 1024),
+    'sub/dir/tokenizer.json': b'{}' * 1000,
+}
+
+
+@pytest.mark.parametrize('wanted', [
+    sorted(FILES),
+    ['model-00001-of-00002.safetensors'],
+    ['sub/dir/tokenizer.json', 'config.json'],
+    [],
+], ids=['every-file', 'one-shard', 'nested-and-small', 'nothing-only-forwards'])
+def test_a_node_keeps_exactly_the_files_it_lacks_with_the_source_mtime(tmp_path, wanted):
+    source = make_source(tmp_path, FILES)
+    stream = tar_stream(source, sorted(FILES))
+    proc, dest, progress = receive(tmp_path, stream, [entry(rel, FILES[rel]) for rel in wanted])
+    assert proc.returncode == 0, proc.stderr
+    kept = sorted(str(p.relative_to(dest)) for p in dest.rglob('*') if p.is_file()) if dest.exists() else []
+    assert kept == sorted(wanted)
+    for rel in wanted:
+        assert (dest / rel).read_bytes() == FILES[rel]
+        assert os.stat(dest / rel).st_mtime_ns == MTIME_NS
+    assert progress['status'] == 'done' and progress['bytes'] == progress['total'] == len(stream)
+    assert not (dest / '.dgxspark-partial').exists() or not any((dest / '.dgxspark-partial').rglob('*.safetensors'))
+
+
+@pytest.mark.parametrize('override, message', [
+    ({'sha256': '0' * 64}, 'arrived with 1048576 bytes and sha256'),
+    ({'size': 7}, 'the source has 7 and'),
+], ids=['other-content', 'other-size'])
+def test_a_file_that_does_not_match_the_manifest_is_not_put_in_place(tmp_path, override, message):
+    rel = 'model-00002-of-00002.safetensors'
+    source = make_source(tmp_path, FILES)
+    proc, dest, progress = receive(tmp_path, tar_stream(source, sorted(FILES)), [entry(rel, FILES[rel], **override)])
+    assert proc.returncode == 0  # the stream itself arrived whole: the node before this one reports no failure
+    assert message in proc.stderr.decode() and rel in progress['error']
+    assert progress['status'] == 'failed'
+    assert not (dest / rel).exists()
+
+
+@pytest.mark.parametrize('cut', [0, 700, 2 * 1024 * 1024], ids=['no-data', 'inside-a-header', 'inside-a-file'])
+def test_a_stream_that_ends_early_names_the_node_it_came_from(tmp_path, cut):
+    source = make_source(tmp_path, FILES)
+    stream = tar_stream(source, sorted(FILES))[:cut]
+    wanted = [entry(rel, FILES[rel]) for rel in sorted(FILES)]
+    proc, dest, progress = receive(tmp_path, stream, wanted, total=5 * 1024 * 1024)
+    assert proc.returncode == 1
+    assert '192.168.100.10' in progress['error'] and progress['status'] == 'failed'
+    assert not (dest / 'model-00002-of-00002.safetensors').exists()
+
+
+def test_the_progress_file_sums_the_lanes_and_is_done_only_when_every_lane_is(tmp_path):
+    sys.path.insert(0, os.path.dirname(RELAY))
+    try:
+        import distribute_relay
+    finally:
+        sys.path.pop(0)
+    path = str(tmp_path / 'model.json')
+    lane0, lane1 = distribute_relay.LaneProgress(path, 0, 2), distribute_relay.LaneProgress(path, 1, 2)
+    lane0.update(force=True, bytes=10, total=100, status='done')
+    state = json.loads(open(path).read())
+    assert (state['status'], state['bytes'], state['total']) == ('running', 10, 100)
+    lane1.update(force=True, bytes=5, total=50, status='running')
+    lane1.update(force=True, bytes=50, total=50, status='done')
+    state = json.loads(open(path).read())
+    assert (state['status'], state['bytes'], state['total']) == ('done', 60, 150)
+    lane1.update(force=True, status='failed', error='the stream from 192.168.101.10 ended early')
+    state = json.loads(open(path).read())
+    assert state['status'] == 'failed' and '192.168.101.10' in state['error']

@@ -1,0 +1,191 @@
+"""Model manifests: hashing once at the source, the cheap comparison on a node, disk room, and the progress lines."""
+import hashlib
+import os
+
+import pytest
+
+from ansible_collections.dgxspark.cluster.plugins.module_utils.model_manifest import (
+    MANIFEST_NAME,
+    PARTIAL_DIR,
+    ManifestError,
+    build,
+    compare,
+    disk_problem,
+    human_bytes,
+    validate,
+)
+from ansible_collections.dgxspark.cluster.plugins.module_utils.transfer_progress import progress_line, verdict
+
+MTIME_NS = 1700000000 * 10**9
+
+
+def make_model(root, files, links=()):
+    """A model directory like a Hugging Face snapshot: files {relpath: bytes}, symlinks (relpath, target)."""
+    for rel, data in files.items():
+        path = os.path.join(str(root), rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, 'wb') as handle:
+            handle.write(data)
+        os.utime(path, ns=(MTIME_NS, MTIME_NS))
+    for rel, target in links:
+        path = os.path.join(str(root), rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        os.symlink(target, path)
+    return str(root)
+
+
+SHARDS = {'model-00001-of-00002.safetensors': b'a' * 1000, 'model-00002-of-00002.safetensors': b'b' * 900,
+          'model.safetensors.index.json': b'{"weight_map": {}}', 'config.json': b'{}'}
+
+
+class CountingHasher:
+    def __init__(self):
+        self.read = []
+
+    def __call__(self, path):
+        self.read.append(os.path.basename(path))
+        with open(path, 'rb') as handle:
+            return hashlib.sha256(handle.read()).hexdigest()
+
+
+def test_build_hashes_every_file_once_then_reuses_the_hashes(tmp_path):
+    root = make_model(tmp_path / 'src', SHARDS)
+    hasher = CountingHasher()
+    manifest, hashed = build(root, None, hasher)
+    assert sorted(hashed) == sorted(SHARDS) and len(hasher.read) == 4
+    assert manifest['total_bytes'] == sum(len(v) for v in SHARDS.values())
+    assert [f['path'] for f in manifest['files']] == sorted(SHARDS)
+    again, rehashed = build(root, manifest, hasher)
+    assert again == manifest and rehashed == [] and len(hasher.read) == 4
+
+
+def test_build_rehashes_only_a_changed_file(tmp_path):
+    root = make_model(tmp_path / 'src', SHARDS)
+    manifest, _hashed = build(root, None)
+    make_model(tmp_path / 'src', {'config.json': b'{"x": 1}'})
+    os.utime(os.path.join(root, 'config.json'), ns=(MTIME_NS + 1, MTIME_NS + 1))
+    _new, hashed = build(root, manifest)
+    assert hashed == ['config.json']
+
+
+def test_build_skips_the_collections_own_files_and_records_links(tmp_path):
+    root = make_model(tmp_path / 'hub', {'blobs/abc': b'x' * 10, MANIFEST_NAME: b'{}', PARTIAL_DIR + '/blobs/abc': b'x'},
+                      links=[('snapshots/rev1/model.safetensors', '../../blobs/abc')])
+    manifest, _hashed = build(root, None)
+    assert [f['path'] for f in manifest['files']] == ['blobs/abc']
+    assert manifest['links'] == [{'path': 'snapshots/rev1/model.safetensors', 'target': '../../blobs/abc'}]
+
+
+@pytest.mark.parametrize('make, message', [
+    (lambda tmp: str(tmp / 'absent'), 'does not exist'),
+    (lambda tmp: (os.makedirs(str(tmp / 'empty')), str(tmp / 'empty'))[1], 'has no files'),
+])
+def test_build_refuses_a_missing_or_empty_source(tmp_path, make, message):
+    with pytest.raises(ManifestError, match=message):
+        build(make(tmp_path), None)
+
+
+def _node_copy(tmp_path, mutate):
+    source = make_model(tmp_path / 'src', SHARDS, links=[('latest', 'config.json')])
+    manifest, _hashed = build(source, None)
+    node = make_model(tmp_path / 'node', SHARDS, links=[('latest', 'config.json')])
+    mutate(node)
+    return node, manifest
+
+
+def _rm(rel):
+    return lambda node: os.remove(os.path.join(node, rel))
+
+
+def _write(rel, data, mtime_ns):
+    def mutate(node):
+        path = os.path.join(node, rel)
+        with open(path, 'wb') as handle:
+            handle.write(data)
+        os.utime(path, ns=(mtime_ns, mtime_ns))
+    return mutate
+
+
+SHARD1 = 'model-00001-of-00002.safetensors'
+
+
+@pytest.mark.parametrize('mutate, missing, wrong, restamp, hashed, needed', [
+    (lambda node: None, [], [], [], [], 0),
+    (_rm(SHARD1), [SHARD1], [], [], [], 1000),
+    (_write(SHARD1, b'a' * 999, MTIME_NS), [], [SHARD1], [], [], 1000),                     # truncated: size differs
+    (_write(SHARD1, b'a' * 1000, MTIME_NS + 5), [], [], [SHARD1], [SHARD1], 0),            # touched: same content
+    (_write(SHARD1, b'z' * 1000, MTIME_NS + 5), [], [SHARD1], [], [SHARD1], 1000),         # same size, other content
+    (_write(SHARD1, b'z' * 1000, MTIME_NS), [], [], [], [], 0),                            # same size and mtime: trusted
+])
+def test_compare_reads_content_only_where_size_matches_and_mtime_does_not(tmp_path, mutate, missing, wrong, restamp, hashed,
+                                                                          needed):
+    node, manifest = _node_copy(tmp_path, mutate)
+    result = compare(node, manifest)
+    assert (result['missing'], result['wrong'], result['restamp'], result['hashed'], result['bytes_needed']) == (
+        missing, wrong, restamp, hashed, needed)
+    assert result['complete'] == (not (missing or wrong or restamp))
+
+
+def test_compare_finds_a_wrong_symlink(tmp_path):
+    def relink(node):
+        os.remove(os.path.join(node, 'latest'))
+        os.symlink('elsewhere', os.path.join(node, 'latest'))
+    node, manifest = _node_copy(tmp_path, relink)
+    result = compare(node, manifest)
+    assert result['links_to_fix'] == ['latest'] and not result['complete']
+
+
+@pytest.mark.parametrize('manifest, problem', [
+    ({'files': [{'path': 'a', 'size': 1, 'mtime_ns': 1, 'sha256': 'x'}]}, None),
+    ({}, 'mapping with a list of files'),
+    ({'files': [{'path': 'a'}]}, 'lacks path, size'),
+    ({'files': [{'path': '../etc/passwd', 'size': 1, 'mtime_ns': 1, 'sha256': 'x'}]}, 'leaves the model directory'),
+    ({'files': [{'path': '/etc/passwd', 'size': 1, 'mtime_ns': 1, 'sha256': 'x'}]}, 'leaves the model directory'),
+])
+def test_validate(manifest, problem):
+    problems = validate(manifest)
+    assert (problems == []) if problem is None else (problem in ' '.join(problems))
+
+
+@pytest.mark.parametrize('needed, reserve, free, expected', [
+    (100 * 10**9, 0, 200 * 10**9, None),
+    (100 * 10**9, 10 * 10**9, 105 * 10**9,
+     'spark-gamma: not enough disk for the model at /data/m: 100.0 GB to copy + 10.0 GB kept free (distribute_reserve_bytes), '
+     '105.0 GB free; free 5.0 GB there (or lower distribute_reserve_bytes)'),
+    (2 * 10**9, 0, 10**9,
+     'spark-gamma: not enough disk for the model at /data/m: 2.0 GB to copy, 1.0 GB free; free 1.0 GB there '
+     '(or lower distribute_reserve_bytes)'),
+])
+def test_disk_problem_names_the_node_the_need_and_the_free_space(needed, reserve, free, expected):
+    assert disk_problem('spark-gamma', '/data/m', needed, reserve, free) == expected
+
+
+@pytest.mark.parametrize('count, text', [(0, '0 B'), (999, '999 B'), (1500, '1.5 KB'), (226 * 10**9, '226.0 GB'),
+                                         (4 * 10**12, '4.0 TB')])
+def test_human_bytes(count, text):
+    assert human_bytes(count) == text
+
+
+@pytest.mark.parametrize('progress, elapsed, line', [
+    (None, 12, 'spark-beta: model waiting for the transfer to start (12s elapsed)'),
+    ({'bytes': 10**9, 'total': 2 * 10**9}, 40,
+     'spark-beta: model 1.0 GB of 2.0 GB (50%), 25.0 MB/s, about 40s left (40s elapsed)'),
+    ({'bytes': 2 * 10**9, 'total': 2 * 10**9}, 80, 'spark-beta: model 2.0 GB of 2.0 GB (100%), 25.0 MB/s (1m20s elapsed)'),
+    ({'bytes': 5 * 10**9, 'total': 0}, 100, 'spark-beta: model 5.0 GB, 50.0 MB/s (1m40s elapsed)'),
+])
+def test_progress_line(progress, elapsed, line):
+    assert progress_line('spark-beta', 'model', progress, elapsed) == line
+
+
+@pytest.mark.parametrize('progress, job, stalled, state, why', [
+    ({'status': 'running'}, {'finished': 0}, 10, 'running', ''),
+    ({'status': 'running'}, {'finished': 1, 'rc': 0}, 0, 'done', ''),
+    ({'status': 'failed'}, {'finished': 1, 'rc': 1, 'stderr': 'no data from 192.168.100.12 for 120 s: ssh: connect timed out'},
+     0, 'failed', 'no data from 192.168.100.12 for 120 s: ssh: connect timed out'),
+    (None, {'finished': 0}, 301, 'failed', 'no progress for 300 s'),
+    ({'status': 'done'}, None, 0, 'done', ''),
+    ({'status': 'failed', 'error': 'the copy to 192.168.100.13 failed'}, None, 0, 'failed', 'the copy to 192.168.100.13 failed'),
+    (None, None, 10, 'running', ''),
+])
+def test_verdict(progress, job, stalled, state, why):
+    assert verdict(progress, job, stalled, 300) == (state, why)
