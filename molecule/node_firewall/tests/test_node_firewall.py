@@ -8,11 +8,13 @@ network, SSH does, and --check --diff on the converged node changes nothing."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import socket
 import time
 
 import pytest
+import yaml
 
 from conftest import recap_line
 
@@ -20,6 +22,7 @@ testinfra_hosts = ["ansible://all"]
 RULESET_FILE = "/etc/dgxspark/nftables-dgxspark.nft"
 UNIT = "dgxspark-firewall"
 PROBE_PORT = 6379  # Ray's GCS (ray_cluster_ports.gcs)
+PROJECT = os.environ.get("MOLECULE_PROJECT_DIRECTORY", ".")
 
 
 @pytest.fixture(name="plan")
@@ -111,3 +114,20 @@ def test_check_diff_changes_nothing(host, check_diff_run):
     line = recap_line(check_diff_run, name)
     assert line is not None, check_diff_run.stdout[-3000:]
     assert "changed=0" in line and "failed=0" in line, line
+
+
+def test_every_fixed_ray_port_is_closed_outside_the_rails(host):
+    """Each port ray_cluster fixes (worker range included) is in the drop rule, whether or not Ray listens on it now."""
+    ports = host.ansible("ansible.builtin.debug", "var=node_firewall_ray_ports", check=False).get("node_firewall_ray_ports")
+    if not isinstance(ports, dict):  # not set in the inventory: the role's default, ray_cluster's ports
+        with open(os.path.join(PROJECT, "roles", "ray_cluster", "defaults", "main.yml")) as handle:
+            ports = yaml.safe_load(handle)["ray_cluster_ports"]
+    rule = [line for line in host.check_output("nft list chain inet dgxspark input").splitlines() if "Ray outside the rails" in line]
+    assert len(rule) == 1, rule
+    closed = set()
+    for item in rule[0].split("{", 1)[1].split("}", 1)[0].split(","):
+        low, _, high = item.strip().partition("-")
+        closed.update(range(int(low), int(high or low) + 1))
+    wanted = {value for key, value in ports.items() if key not in ("min_worker", "max_worker")}
+    wanted.update(range(int(ports["min_worker"]), int(ports["max_worker"]) + 1))
+    assert wanted <= closed, sorted(wanted - closed)
