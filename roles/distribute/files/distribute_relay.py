@@ -169,7 +169,7 @@ def send_model(args):
     with open(args.files) as handle:
         files = json.load(handle)
     chains = [[node[rail] for node in args.chain] for rail in args.rail]
-    lanes = [[] for _ in chains]
+    lanes = [[] for _chain in chains]
     sizes = [0] * len(lanes)
     for entry in files:  # manifest order, each file to the lane with the fewest bytes so far
         lane = sizes.index(min(sizes))

@@ -1,0 +1,179 @@
+"""Security of a deployed 4-node lab (issue 9): host firewall and secrets, after one `deploy-397b.yml`.
+
+- From the controller, on the management network: no Ray port answers (every port a Ray or serving process listens
+  on, on every node, except SSH and the API), and the API answers 401 without the key, 200 with it.
+- From a peer over a rail the same ports answer and the cluster serves (the deploy's own readiness and smoke test).
+- No secret (API key, Ray token, Hugging Face token) in `ps`, `docker inspect` of every container, the play's output,
+  the journal or any container's log on any node; the files that hold them are 0600 root.
+
+    python3 lab/labctl.py up --serving && .venv/bin/python -m pytest -m lab tests/lab/test_security_lab.py
+"""
+
+import concurrent.futures
+import json
+import os
+import socket
+import stat
+import urllib.error
+import urllib.request
+
+import pytest
+
+from ansible_lab import recap, run_playbook
+
+pytestmark = pytest.mark.lab
+
+API_PORT = 8000
+SSH_PORT = 22
+HEAD = "spark-alpha"
+# Fixed, so that a re-run restarts nothing; only ever on the lab.
+HF_TOKEN = "hf_dgxsparkLabSecurityCheck0123456789abcdef"
+NODE_SECRETS_DIR = "/etc/dgxspark/secrets"
+
+
+def controller_secret(lab, name):
+    with open(os.path.join(lab.state_dir, "secrets", name)) as handle:
+        return handle.read().strip()
+
+
+def listening_ports(host):
+    """TCP ports listening on an address other than loopback (ss -Htln), as ints."""
+    ports = set()
+    for line in host.check_output("ss -Htln").splitlines():
+        local = line.split()[3]
+        address, _, port = local.rpartition(":")
+        if not address.startswith(("127.", "[::1]")):
+            ports.add(int(port))
+    return ports
+
+
+def answers(address, port, timeout=2.0):
+    """True when a TCP connection from here to address:port is accepted (refused or dropped: False)."""
+    try:
+        with socket.create_connection((address, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def api_status(url, key=None):
+    request = urllib.request.Request(url, headers={"Authorization": "Bearer " + key} if key else {})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+@pytest.fixture(scope="module")
+def deployed(lab, tmp_path_factory):
+    if len(lab.nodes) != 4:
+        lab.labctl("up", "--nodes", "4")
+    lab.labctl("serving")
+    # The HF tokens travel in a 0600 vars file, as users keep them (vault), not in the controller's argv.
+    secrets_file = tmp_path_factory.mktemp("security") / "hf.json"
+    secrets_file.write_text(json.dumps({"vllm_container_hf_token": HF_TOKEN, "distribute_hf_token": HF_TOKEN}))
+    secrets_file.chmod(0o600)
+    rc, out = run_playbook(lab, "deploy-397b.yml", "-e", "@%s" % secrets_file)
+    assert rc == 0, out[-6000:]
+    yield {"output": out, "extra": ["-e", "@%s" % secrets_file]}
+    rc, stop_out = run_playbook(lab, "stop.yml")
+    assert rc == 0, stop_out[-3000:]
+
+
+@pytest.fixture(scope="module")
+def secrets(lab, deployed):
+    """{name: value} of every secret the deploy uses."""
+    values = {"vllm_api_key": controller_secret(lab, "vllm_api_key"), "ray_token": controller_secret(lab, "ray_token"),
+              "hf_token": HF_TOKEN}
+    assert all(len(v) >= 16 for v in values.values()), "a secret too short to search for"
+    return values
+
+
+def test_the_deploy_serves_over_the_rails(deployed):
+    out = deployed["output"]
+    assert "Ray on spark-alpha: 4/4 nodes alive, 4 GPUs" in out
+    assert "Smoke answer: This is the dgxspark lab stand-in for vLLM 0.33.0" in out
+
+
+def test_no_ray_port_answers_from_the_management_network(lab, deployed):
+    closed = {}
+    for node in lab.nodes:
+        ports = listening_ports(lab.host(node)) - {SSH_PORT, API_PORT}
+        closed[node] = sorted(ports)
+    # What Ray fixes on the head must be among them, or the check below proves nothing.
+    assert {6379, 6380, 6381} <= set(closed[HEAD]), closed
+    assert all({6380, 6381} <= set(ports) for ports in closed.values()), closed
+    probes = [(node, port) for node, ports in closed.items() for port in ports]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=32) as pool:
+        results = list(pool.map(lambda probe: answers(lab.mgmt_ip[probe[0]], probe[1]), probes))
+    open_ports = [probe for probe, ok in zip(probes, results) if ok]
+    assert not open_ports, "answering from the management network: %s" % open_ports
+    # SSH stays open (the firewall never touches it).
+    assert all(answers(lab.mgmt_ip[node], SSH_PORT) for node in lab.nodes)
+
+
+def test_ray_ports_answer_from_a_peer_over_the_rail(lab, deployed):
+    head = lab.host(HEAD)
+    rail_ip = head.check_output("ip -4 -o addr show dev enp1s0f1np1").split()[3].split("/")[0]
+    peer = lab.host("spark-beta")
+    for port in sorted(listening_ports(head) - {SSH_PORT})[:12]:
+        probe = peer.run("timeout 3 bash -c 'exec 3<>/dev/tcp/%s/%d'" % (rail_ip, port))
+        assert probe.rc == 0, "port %d of the head does not answer over the rail: %s" % (port, probe.stderr)
+
+
+def test_api_answers_401_without_the_key_and_200_with_it(lab, secrets, deployed):
+    url = "http://%s:%d/v1/models" % (lab.mgmt_ip[HEAD], API_PORT)
+    assert api_status(url) == 401
+    assert api_status(url, "not-the-key") == 401
+    assert api_status(url, secrets["vllm_api_key"]) == 200
+
+
+def test_firewall_converged_second_run_changes_and_reloads_nothing(lab, deployed):
+    rc, out = run_playbook(lab, "firewall.yml", *deployed["extra"])
+    assert rc == 0, out[-4000:]
+    assert all(c["changed"] == 0 for c in recap(out).values()), recap(out)
+    assert "RUNNING HANDLER" not in out
+
+
+def test_check_diff_shows_the_ruleset_change_and_changes_nothing(lab, deployed):
+    rc, out = run_playbook(lab, "firewall.yml", "--check", "--diff", "-e", '{"dgxspark_api_allowed_cidrs": ["10.99.0.0/16"]}')
+    assert rc == 0, out[-4000:]
+    assert "-\t\telements = { 172.31.240.0/24 }" in out and "+\t\telements = { 10.99.0.0/16 }" in out, out[-4000:]
+    assert lab.host(HEAD).check_output("nft list set inet dgxspark api_nets").count("172.31.240.0/24") == 1
+
+
+def test_no_secret_in_ps_inspect_journal_logs_or_the_play_output(lab, secrets, deployed):
+    found = []
+    for name, value in secrets.items():
+        if value in deployed["output"]:
+            found.append("%s in the play's output" % name)
+    for node in lab.nodes:
+        host = lab.host(node)
+        ids = host.check_output("docker ps -aq").split()
+        sources = {"ps": host.check_output("ps -eww -o args"),
+                   "journal": host.check_output("journalctl --no-pager -o cat")}
+        if ids:
+            sources["docker inspect"] = host.check_output("docker inspect %s" % " ".join(ids))
+            for cid in ids:
+                sources["docker logs %s" % cid] = host.run("docker logs %s 2>&1" % cid).stdout
+        # The secrets are searched for here, never passed to a command on the node (its argv would show them).
+        found += ["%s in %s of %s" % (name, where, node)
+                  for where, text in sources.items() for name, value in secrets.items() if value in text]
+    assert not found, found
+
+
+def test_secret_files_are_0600_root(lab, deployed):
+    for node in lab.nodes:
+        host = lab.host(node)
+        directory = host.file(NODE_SECRETS_DIR)
+        assert directory.is_directory and directory.user == "root" and directory.mode == 0o700, node
+        names = host.check_output("ls -A %s" % NODE_SECRETS_DIR).split()
+        assert "ray_token" in names, (node, names)
+        for name in names:
+            secret = host.file("%s/%s" % (NODE_SECRETS_DIR, name))
+            assert (secret.user, secret.group, secret.mode) == ("root", "root", 0o600), (node, name, oct(secret.mode))
+    assert {"vllm_api_key", "hf_token"} <= set(lab.host(HEAD).check_output("ls -A %s" % NODE_SECRETS_DIR).split())
+    for name in ("ray_token", "vllm_api_key"):
+        info = os.stat(os.path.join(lab.state_dir, "secrets", name))
+        assert stat.S_IMODE(info.st_mode) == 0o600 and info.st_uid == 0, name
