@@ -79,8 +79,11 @@ class ActionModule(ActionBase):
             node_vars[host] = dict((name, host_vars[name]) for name in wanted if name in host_vars)
 
         directories = [BUILTIN_PROFILES_DIR]
-        if args.get('profiles_dir'):
-            directories.append(args['profiles_dir'])
+        # The argument, else the inventory's or the command line's dgxspark_profiles_dir: every play that plans (the
+        # roles' own fallbacks included) sees the user's profiles.
+        profiles_dir = args.get('profiles_dir') or self._templar.template(task_vars.get('dgxspark_profiles_dir'))
+        if profiles_dir:
+            directories.append(os.path.abspath(os.path.expanduser(str(profiles_dir))))
         profiles, problems = load_profiles(directories)
         plan_groups = {'head': list(groups.get('head') or []), 'workers': list(groups.get('workers') or [])}
         try:

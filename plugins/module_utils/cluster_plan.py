@@ -31,7 +31,11 @@ from __future__ import annotations
 
 import math
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils.profile_schema import validate_patches
+from ansible_collections.dgxspark.cluster.plugins.module_utils.profile_schema import (
+    plan_patches,
+    validate_patches,
+    validate_profile_fields,
+)
 from ansible_collections.dgxspark.cluster.plugins.module_utils.inventory_schema import (
     DEFAULT_FROM_PROFILE,
     DEFAULT_NODE_COUNT,
@@ -57,24 +61,6 @@ GB = 1000 ** 3
 GIB = 1024 ** 3
 KV_DTYPE_BYTES = {'fp8': 1}
 
-PROFILE_REQUIRED_FIELDS = (
-    ('hf_repo', str),
-    ('total_params_b', (int, float)),
-    ('active_params_b', (int, float)),
-    ('weight_size_gb', (int, float)),
-    ('is_moe', bool),
-    ('num_attention_heads', int),
-    ('num_key_value_heads', int),
-    ('head_dim', int),
-    ('num_hidden_layers', int),
-    ('kv_cache_layers', int),
-    ('max_position_embeddings', int),
-    ('default_max_model_len', int),
-    ('default_kv_cache_dtype', str),
-    ('kv_cache_auto_dtype_bytes', int),
-)
-
-
 class ClusterPlanError(ValueError):
     """The inventory does not describe a valid cluster; ``problems`` lists every reason."""
 
@@ -88,27 +74,15 @@ def _num(value):
 
 
 def validate_profile(name, profile):
-    """Problems of a loaded model profile (a mapping from profiles/models/<name>.yml)."""
-    where = 'model profile %s' % name
+    """Every problem of a loaded model profile (a mapping from profiles/models/<name>.yml), patches included."""
+    problems = validate_profile_fields(name, profile)
     if not isinstance(profile, dict):
-        return ['%s is not a mapping; fix the profile file.' % where]
-    problems = []
-    for field, kind in PROFILE_REQUIRED_FIELDS:
-        value = profile.get(field)
-        ok = isinstance(value, kind) and not (kind is not bool and isinstance(value, bool))
-        if not ok:
-            problems.append('%s: field %s is missing or not %s (got %r); fix the profile file.' % (
-                where, field, getattr(kind, '__name__', 'a number'), value))
-        elif _num(value) and not isinstance(value, bool) and value <= 0:
-            problems.append('%s: field %s must be positive (got %r); fix the profile file.' % (where, field, value))
-    if isinstance(profile.get('vllm_options', {}), dict) is False:
-        problems.append('%s: vllm_options must be a mapping; fix the profile file.' % where)
-    if not isinstance(profile.get('sources'), dict) or not profile.get('sources'):
-        problems.append('%s: sources (where every figure comes from) is missing; fix the profile file.' % where)
+        return problems
     if not problems and profile['kv_cache_layers'] > profile['num_hidden_layers']:
-        problems.append('%s: kv_cache_layers %d exceeds num_hidden_layers %d; fix the profile file.' % (
-            where, profile['kv_cache_layers'], profile['num_hidden_layers']))
-    problems.extend(validate_patches(name, profile.get('patches'), profile.get('_dir', '.')))
+        problems.append('model profile %s: kv_cache_layers %d exceeds num_hidden_layers %d; fix the profile file.' % (
+            name, profile['kv_cache_layers'], profile['num_hidden_layers']))
+    if isinstance(profile.get('patches', []), list):
+        problems.extend(validate_patches(name, profile.get('patches'), profile.get('_dir', '.')))
     return problems
 
 
@@ -546,6 +520,7 @@ def build_plan(groups, hostvars, profiles, overrides=None):
         'kv_cache': kv_cache,
         'decode': decode,
         'vllm_options': dict(profile.get('vllm_options') or {}),
+        'patches': plan_patches(profile),
         'variables': dict((k, v) for k, v in values.items()),
         'assumptions': list(ASSUMPTIONS),
     }

@@ -18,9 +18,48 @@ inventory_schema. The plan refuses the profile before any host is contacted.
 """
 from __future__ import annotations
 
+import difflib
 import hashlib
 import os
 import re
+
+_NUMBER = (int, float)
+
+# The fields of a model profile (profiles/models/<name>.yml): name, accepted types, required, meaning.
+# docs/profiles.md documents each of them (a unit test keeps the two in step).
+PROFILE_FIELDS = (
+    ('hf_repo', str, True, 'Hugging Face repository id: what `vllm serve` gets and the served name by default'),
+    ('total_params_b', _NUMBER, True, 'total parameters, in billions'),
+    ('active_params_b', _NUMBER, True, 'parameters read per token (MoE: the active experts), in billions; the decode roofline'),
+    ('weight_size_gb', _NUMBER, True, 'size of the checkpoint on disk, GB (10^9 bytes); the memory fit and the disk check'),
+    ('is_moe', bool, True, 'mixture of experts'),
+    ('num_attention_heads', int, True, 'query heads; TP must divide it'),
+    ('num_key_value_heads', int, True, 'KV heads; the KV cache size per token'),
+    ('head_dim', int, True, 'dimension of one head'),
+    ('num_hidden_layers', int, True, 'decoder layers'),
+    ('kv_cache_layers', int, True, 'layers that keep a KV cache (hybrid models: the full-attention ones)'),
+    ('max_position_embeddings', int, True, 'the longest context the model supports'),
+    ('default_max_model_len', int, True, 'max_model_len when the inventory sets none'),
+    ('default_kv_cache_dtype', str, True, 'kv_cache_dtype when the inventory sets none (auto, fp8, ...)'),
+    ('kv_cache_auto_dtype_bytes', int, True, 'bytes per KV element when kv_cache_dtype is auto (bf16: 2)'),
+    ('sources', dict, True, 'where every figure comes from: field -> source'),
+    ('description', str, False, 'one line for people'),
+    ('published', bool, False, 'false when the checkpoint is not (yet) on Hugging Face'),
+    ('quantization', str, False, 'how the weights are quantized (for people; vLLM reads the checkpoint)'),
+    ('moe_weight_dtype', str, False, 'dtype of the expert weights'),
+    ('num_experts', int, False, 'routed experts'),
+    ('num_experts_per_tok', int, False, 'experts per token'),
+    ('hidden_size', int, False, 'model width'),
+    ('full_attention_interval', int, False, 'hybrid models: one full-attention layer every N'),
+    ('replicated_weight_gb', _NUMBER, False, 'GB every rank holds in full (not sharded by TP x PP)'),
+    ('bytes_per_param', _NUMBER, False, 'bytes per parameter for the roofline (default weight_size_gb / total_params_b)'),
+    ('runtime_overhead_gib', _NUMBER, False, 'per-node memory besides weights and KV cache, GiB (default: the inventory\'s)'),
+    ('vllm_options', dict, False, 'vLLM options of this model: option name -> value (dgxspark.cluster.vllm_args)'),
+    ('patches', list, False, 'files mounted into the serving containers and applied at start (below)'),
+    ('vllm_checked_against', str, False, 'the vLLM source or version the options were checked against'),
+    ('flag_checks', list, False, 'each questionable flag of the sources: flag, verdict, source'),
+    ('notes', list, False, 'what users of this model should know'),
+)
 
 PATCH_KINDS = ('sitecustomize', 'python')
 PATCH_KEYS = ('file', 'sha256', 'kind', 'vllm', 'reason')
@@ -77,6 +116,57 @@ def file_sha256(path):
     return digest.hexdigest()
 
 
+def _type_name(types):
+    if types == _NUMBER:
+        return 'a number'
+    return {'str': 'a string', 'int': 'an integer', 'bool': 'true or false', 'dict': 'a mapping', 'list': 'a list'}[types.__name__]
+
+
+def _is_type(value, types):
+    types = types if isinstance(types, tuple) else (types,)
+    if isinstance(value, bool):
+        return bool in types
+    return isinstance(value, types)
+
+
+def validate_profile_fields(profile_name, profile):
+    """Every problem of a profile's fields: missing, wrong type, not positive, unknown (with the closest known name)."""
+    where = 'model profile %s' % profile_name
+    if not isinstance(profile, dict):
+        return ['%s is not a mapping; fix the profile file.' % where]
+    problems = []
+    known = [field[0] for field in PROFILE_FIELDS]
+    for name, types, required, _doc in PROFILE_FIELDS:
+        if name not in profile or profile[name] is None:
+            if required:
+                problems.append('%s: field %s is missing (%s); fix the profile file.' % (where, name, _type_name(types)))
+            continue
+        value = profile[name]
+        if not _is_type(value, types):
+            problems.append('%s: field %s must be %s (got %r); fix the profile file.' % (where, name, _type_name(types), value))
+        elif types in (int, _NUMBER) and value <= 0 and name != 'replicated_weight_gb':
+            problems.append('%s: field %s must be positive (got %r); fix the profile file.' % (where, name, value))
+        elif name == 'replicated_weight_gb' and value < 0:
+            problems.append('%s: field replicated_weight_gb must not be negative (got %r); fix the profile file.' % (where, value))
+    for name in sorted(key for key in profile if not str(key).startswith('_') and key not in known):
+        close = difflib.get_close_matches(str(name), known, n=1, cutoff=0.6)
+        problems.append('%s: unknown field %s%s; fix the profile file (docs/profiles.md lists the fields).' % (
+            where, name, ' (did you mean %s?)' % close[0] if close else ''))
+    return problems
+
+
+def plan_patches(profile):
+    """The patches of a valid profile as the plan carries them: each entry plus its file's path on the controller."""
+    base_dir = profile.get('_dir', '.')
+    patches = []
+    for entry in profile.get('patches') or []:
+        patch = dict(entry, name=os.path.basename(str(entry['file'])),
+                     source=os.path.abspath(os.path.join(base_dir, str(entry['file']))))
+        patch['node_path'] = patch_node_path(patch)
+        patches.append(patch)
+    return patches
+
+
 def validate_patches(profile_name, patches, base_dir):
     """Every problem of a profile's patches list; files resolved under base_dir and sha256-checked."""
     where = 'profile %s: patches' % profile_name
@@ -120,6 +210,12 @@ def validate_patches(profile_name, patches, base_dir):
             if actual != sha:
                 problems.append('%s: sha256 mismatch for %s: profile says %s, file is %s'
                                 % (at, name, sha, actual))
+    entries = [e for e in patches if isinstance(e, dict)]
+    if sum(1 for e in entries if e.get('kind') == 'sitecustomize') > 1:
+        problems.append('%s: at most one sitecustomize patch (Python imports one sitecustomize module): merge them' % where)
+    names = [os.path.basename(str(e['file'])) for e in entries if e.get('file')]
+    for name in sorted(set(n for n in names if names.count(n) > 1)):
+        problems.append('%s: two patches named %s (they share one directory on the nodes): rename one' % (where, name))
     return problems
 
 
@@ -131,3 +227,28 @@ def version_problems(profile_name, patches, image_version):
             problems.append('profile %s: patch %s applies to vLLM %s, but the image has vLLM %s; '
                             'refusing to start it' % (profile_name, entry['file'], entry['vllm'], image_version))
     return problems
+
+
+# Where the serving containers see the node's patch directory, and the start scripts' helper in it.
+PATCH_MOUNT = '/opt/dgxspark/patches'
+PATCH_APPLY_SCRIPT = 'dgxspark-apply-patches.sh'
+
+
+def patch_node_path(entry):
+    """Where a plan patch lives under the node's patch directory: a sitecustomize in site/ (put on PYTHONPATH)."""
+    return 'site/sitecustomize.py' if entry['kind'] == 'sitecustomize' else entry['name']
+
+
+def patch_container_env(patches, mount=PATCH_MOUNT):
+    """The serving containers' environment for the plan's patches: what the start scripts verify and apply, and
+    PYTHONPATH for a sitecustomize. Empty without patches (the containers stay as they were)."""
+    if not patches:
+        return {}
+    env = {
+        'DGXSPARK_PATCH_DIR': mount,
+        # kind:path-under-the-directory:sha256, in the profile's order; the start scripts check each sha256 before use.
+        'DGXSPARK_PATCHES': ' '.join('%s:%s:%s' % (p['kind'], p['node_path'], p['sha256']) for p in patches),
+    }
+    if any(p['kind'] == 'sitecustomize' for p in patches):
+        env['PYTHONPATH'] = mount + '/site'
+    return env

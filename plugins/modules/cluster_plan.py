@@ -21,6 +21,9 @@ options:
   profiles_dir:
     description:
       - A directory of additional model profiles (C(<name>.yml)); a profile here overrides a built-in one of the same name.
+        Its patch files are relative to it (docs/profiles.md).
+      - Default, the variable C(dgxspark_profiles_dir) (inventory or C(-e)), so that every play that plans sees the same
+        profiles.
     type: path
   overrides:
     description:

@@ -11,23 +11,16 @@ import re
 import pytest
 import yaml
 
+from ansible_collections.dgxspark.cluster.plugins.action.cluster_plan import load_profiles
 from ansible_collections.dgxspark.cluster.plugins.module_utils import cluster_plan as cp
 from ansible_collections.dgxspark.cluster.plugins.module_utils import inventory_schema as schema
+from ansible_collections.dgxspark.cluster.plugins.module_utils.profile_schema import PROFILE_FIELDS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROFILES_DIR = os.path.join(ROOT, 'profiles', 'models')
 
 
-def load_profiles():
-    profiles = {}
-    for name in sorted(os.listdir(PROFILES_DIR)):
-        if name.endswith('.yml'):
-            with open(os.path.join(PROFILES_DIR, name), encoding='utf-8') as handle:
-                profiles[name[:-4]] = yaml.safe_load(handle)
-    return profiles
-
-
-PROFILES = load_profiles()
+PROFILES = load_profiles([PROFILES_DIR])[0]  # the plan action's own loader (it records each profile's directory)
 SEED000_HOSTS = ['spark-alpha', 'spark-beta', 'spark-gamma', 'spark-delta']
 SEED000_VARS = {
     'dgxspark_model_profile': 'qwen3_5_397b_a17b_fp8',
@@ -368,7 +361,7 @@ def test_schema_documents_every_design_variable():
 def test_profile_valid_and_sourced(name):
     profile = PROFILES[name]
     assert cp.validate_profile(name, profile) == []
-    for field, _kind in cp.PROFILE_REQUIRED_FIELDS:
+    for field in (f[0] for f in PROFILE_FIELDS if f[2] and f[0] != "sources"):
         assert field in profile['sources'] or field in ('is_moe',), (name, field)
     assert profile['flag_checks'] and profile['vllm_checked_against']
     for forbidden in ('tensor_parallel_size', 'pipeline_parallel_size', 'gpu_memory_utilization', 'max_model_len'):

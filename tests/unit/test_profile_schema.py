@@ -74,14 +74,62 @@ def test_unreadable_version_is_an_error():
         ps.version_in_range('unknown', '>=0.33')
 
 
-def test_seed_003_patch_file_is_real_python():
-    path = os.path.join(os.path.dirname(__file__), '..', '..', 'profiles', 'models', 'patches', 'cudnn_off_sitecustomize.py')
-    with open(path) as handle:
-        compile(handle.read(), path, 'exec')
-
-
 def test_plan_profile_validation_lists_patch_problems_with_the_others(base):
     from ansible_collections.dgxspark.cluster.plugins.module_utils import cluster_plan as cp
     problems = cp.validate_profile('m', {'patches': [entry(sha256='0' * 64)], '_dir': base})
     assert any('sha256 mismatch' in p for p in problems)
     assert any('field ' in p for p in problems)  # the other profile problems are still listed
+
+
+def minimal_profile(**over):
+    value = {field: sample for field, sample in (
+        ('hf_repo', 'org/model'), ('total_params_b', 10), ('active_params_b', 1), ('weight_size_gb', 5), ('is_moe', False),
+        ('num_attention_heads', 8), ('num_key_value_heads', 2), ('head_dim', 64), ('num_hidden_layers', 4),
+        ('kv_cache_layers', 4), ('max_position_embeddings', 4096), ('default_max_model_len', 2048),
+        ('default_kv_cache_dtype', 'auto'), ('kv_cache_auto_dtype_bytes', 2), ('sources', {'hf_repo': 'here'}))}
+    value.update(over)
+    return {k: v for k, v in value.items() if v is not None}
+
+
+@pytest.mark.parametrize('over,expected', [
+    ({}, []),
+    ({'replicated_weight_gb': 0, 'notes': ['x'], 'vllm_options': {'a': 1}}, []),
+    ({'hf_repo': None}, ['field hf_repo is missing (a string)']),
+    ({'head_dim': 64.5}, ['field head_dim must be an integer (got 64.5)']),
+    ({'is_moe': 'yes'}, ['field is_moe must be true or false']),
+    ({'num_hidden_layers': True}, ['field num_hidden_layers must be an integer (got True)']),
+    ({'weight_size_gb': 0}, ['field weight_size_gb must be positive']),
+    ({'replicated_weight_gb': -1}, ['replicated_weight_gb must not be negative']),
+    ({'vllm_options': ['--x']}, ['field vllm_options must be a mapping']),
+    ({'num_key_value_head': 2}, ['unknown field num_key_value_head (did you mean num_key_value_heads?)']),
+    ({'colour': 'red'}, ['unknown field colour; fix the profile file']),
+    ({'_dir': '/x'}, []),  # internal keys the loader adds
+    ({'hf_repo': None, 'head_dim': 'x', 'paches': []},  # every problem at once
+     ['field hf_repo is missing', 'field head_dim must be an integer', 'unknown field paches (did you mean patches?)']),
+])
+def test_validate_profile_fields(over, expected):
+    problems = ps.validate_profile_fields('m', minimal_profile(**over))
+    assert len(problems) == len(expected), problems
+    for fragment, problem in zip(expected, problems):
+        assert fragment in problem and problem.startswith('model profile m: ')
+
+
+def test_two_sitecustomize_patches_and_duplicate_names_are_refused(base):
+    problems = ps.validate_patches('m', [entry(), entry()], base)
+    assert any('at most one sitecustomize' in p for p in problems)
+    assert any('two patches named p.py' in p for p in problems)
+
+
+def test_plan_patches_carry_the_controller_path(base):
+    patches = ps.plan_patches({'_dir': base, 'patches': [entry(kind='python')]})
+    assert patches == [dict(entry(kind='python'), name='p.py', source=os.path.join(base, 'patches', 'p.py'), node_path='p.py')]
+
+
+def test_every_profile_field_is_documented():
+    path = os.path.join(os.path.dirname(__file__), '..', '..', 'docs', 'profiles.md')
+    with open(path, encoding='utf-8') as handle:
+        text = handle.read()
+    for name, _types, _required, _doc in ps.PROFILE_FIELDS:
+        assert '`%s`' % name in text, name
+    for key in ps.PATCH_KEYS + ps.PATCH_KINDS:
+        assert '`%s`' % key in text, key

@@ -13,6 +13,11 @@ if [ ! -s "${RAY_AUTH_TOKEN_PATH:-/nonexistent}" ]; then
     exit 1
 fi
 
+# The model profile's patches (checked, then applied), before Ray starts any worker process.
+if [ -n "${DGXSPARK_PATCHES:-}" ]; then
+    bash "${DGXSPARK_PATCH_DIR:?}/dgxspark-apply-patches.sh" || exit 1
+fi
+
 if [ "$role" = worker ]; then
     head=""
     for arg in "$@"; do

@@ -6,8 +6,12 @@
 # 2. waits until the Ray cluster offers the GPUs the engine needs (workers may still be joining);
 # 3. reads the API key (and nothing else secret) from the mounted 0600 file, so it never appears in argv,
 #    `docker inspect` or the log;
-# 4. becomes vllm. Docker's restart policy starts it again when it exits.
+# 4. becomes vllm. Before all this it checks and applies the model profile's patches, when it has any. Docker's restart policy starts it again when it exits.
 set -u
+# The model profile's patches (checked, then applied to this container's vLLM), mounted by ray_cluster.
+if [ -n "${DGXSPARK_PATCHES:-}" ]; then
+    bash "${DGXSPARK_PATCH_DIR:?}/dgxspark-apply-patches.sh" || exit 1
+fi
 mkdir -p "${VLLM_CONFIG_ROOT:?VLLM_CONFIG_ROOT is not set}"
 printf '%s\n' "${DGXSPARK_RAY_NON_CARRY_OVER:-[]}" > "$VLLM_CONFIG_ROOT/ray_non_carry_over_env_vars.json"
 need=${DGXSPARK_VLLM_GPUS:?DGXSPARK_VLLM_GPUS (GPUs the engine needs) is not set}
