@@ -557,6 +557,9 @@ def render_plan_table(plan):
             dec['bandwidth_gbs'], dec['active_weight_gb'], plan['tensor_parallel_size'], dec['roofline_tok_s']),
         'Network: MTU %d, NCCL transport %s' % (plan['mtu'], plan['nccl_transport']),
     ])
+    for patch in plan.get('patches') or []:
+        lines.append('Patch applied at container start: %s (%s, vLLM %s, sha256 %s...)' % (
+            patch['name'], patch['kind'], patch['vllm'], patch['sha256'][:12]))
     return lines
 
 

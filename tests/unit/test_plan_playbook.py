@@ -58,3 +58,35 @@ def test_plan_syntax_check_and_hosts(inventory):
     hosts = run_plan(inventory, '--list-hosts')
     assert hosts.returncode == 0, hosts.stdout + hosts.stderr
     assert 'hosts (1):' in hosts.stdout and 'localhost' in hosts.stdout
+
+
+def run_playbook_plan_only(playbook, inventory):
+    """The plan play of a deploy playbook, on the controller (--tags plan; a connection of local in case any task ran)."""
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, 'ansible.cfg'), ANSIBLE_NOCOLOR='1', ANSIBLE_FORCE_COLOR='0')
+    return subprocess.run([ANSIBLE_PLAYBOOK, os.path.join('playbooks', playbook), '-i', inventory, '--tags', 'plan',
+                           '-e', 'ansible_connection=local'],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+
+
+@pytest.mark.parametrize('playbook, inventory, expected', [
+    ('deploy-397b.yml', 'inventories/4node', ['qwen3_5_397b_a17b_fp8', 'TP 4 x PP 1 = 4 GPUs on 4 nodes', 'Budget per node: 0.85 x']),
+    ('deploy-001-3node.yml', 'inventories/3node', ['qwen3_5_397b_a17b_int4_autoround', 'TP 1 x PP 3 = 3 GPUs on 3 nodes']),
+    ('deploy-003-vl235b.yml', 'inventories/2node', ['qwen3_vl_235b_a22b_awq', 'TP 2 x PP 1 = 2 GPUs on 2 nodes', 'Budget per node: 0.75 x',
+                                                  'Patch applied at container start: cudnn_off_sitecustomize.py (sitecustomize']),
+    ('deploy-004-397b-int4.yml', 'inventories/4node', ['qwen3_5_397b_a17b_int4_autoround', 'TP 4 x PP 1 = 4 GPUs on 4 nodes',
+                                                       'Budget per node: 0.78 x',
+                                                       'Patch applied at container start: qwen3_5_marlin_tp_in_proj_ba.py (python']),
+])
+def test_each_seed_playbook_plans_its_shape(playbook, inventory, expected):
+    result = run_playbook_plan_only(playbook, inventory)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for text in expected:
+        assert text in result.stdout, (text, result.stdout)
+    assert 'changed=0' in result.stdout and 'unreachable=0' in result.stdout and 'failed=0' in result.stdout
+
+
+def test_seed_001_as_written_is_refused_by_its_alternative_playbook_too():
+    """The alternative playbook fixes the shape; the seed's own inventory values (0.95) do not leak through."""
+    result = run_playbook_plan_only('deploy-001-3node.yml', 'tests/inventories/seed001')
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert 'TP 1 x PP 3 = 3 GPUs on 3 nodes' in result.stdout

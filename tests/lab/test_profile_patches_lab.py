@@ -1,0 +1,143 @@
+"""Profile patches on the 4-node lab (issue 11): a user's profile directory with a `python` patch and a `sitecustomize`.
+
+- The deploy copies them to every node, mounts them into every serving container, the start scripts check their sha256
+  and apply them (the Ray containers of every node and the vLLM container of the head), and the cluster serves.
+- The Python processes of the containers load the sitecustomize (the seed 003 cuDNN patch, the real file).
+- A re-run changes nothing and restarts nothing.
+- A profile whose patch was written for another vLLM is refused with the image's version, before any file or container
+  changed on any node.
+- A patch file altered on a node stops its container at the next start, with the reason in the log.
+
+    python3 lab/labctl.py up --serving && .venv/bin/python -m pytest -m lab tests/lab/test_profile_patches_lab.py
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import time
+
+import pytest
+import yaml
+
+from ansible_lab import REPO, recap, run_playbook
+
+pytestmark = pytest.mark.lab
+
+HEAD = "spark-alpha"
+PROFILES = os.path.join(REPO, "profiles", "models")
+# A python patch that edits the container (as a vLLM patch edits vLLM), idempotently: it counts its applications.
+LAB_PATCH = b'''import os
+import sys
+MARKER = "/var/tmp/dgxspark-lab-patch"
+count = int(open(MARKER).read()) if os.path.exists(MARKER) else 0
+with open(MARKER, "w") as handle:
+    handle.write(str(count + 1))
+sys.stderr.write("lab patch: applied %d time(s) in this container\\n" % (count + 1))
+'''
+
+
+def write_profile(directory, name, vllm_range):
+    """<directory>/<name>.yml: the seed 000 profile plus a python patch and the seed 003 sitecustomize."""
+    with open(os.path.join(PROFILES, "qwen3_5_397b_a17b_fp8.yml"), encoding="utf-8") as handle:
+        profile = yaml.safe_load(handle)
+    os.makedirs(os.path.join(directory, "patches"), exist_ok=True)
+    with open(os.path.join(directory, "patches", "lab_marker.py"), "wb") as handle:
+        handle.write(LAB_PATCH)
+    shutil.copy(os.path.join(PROFILES, "patches", "cudnn_off_sitecustomize.py"), os.path.join(directory, "patches"))
+    profile["patches"] = [
+        {"file": "patches/lab_marker.py", "sha256": hashlib.sha256(LAB_PATCH).hexdigest(), "kind": "python",
+         "vllm": vllm_range, "reason": "lab test: a patch that edits the container"},
+        {"file": "patches/cudnn_off_sitecustomize.py", "kind": "sitecustomize", "vllm": ">=0.11", "reason": "seed 003",
+         "sha256": hashlib.sha256(open(os.path.join(PROFILES, "patches", "cudnn_off_sitecustomize.py"), "rb").read()).hexdigest()},
+    ]
+    with open(os.path.join(directory, name + ".yml"), "w", encoding="utf-8") as handle:
+        yaml.safe_dump(profile, handle)
+
+
+def deploy_args(directory, profile):
+    return ["-e", json.dumps({"dgxspark_profiles_dir": directory, "dgxspark_model_profile": profile,
+                              "dgxspark_tensor_parallel_size": 4})]
+
+
+def node_state(lab):
+    """What a refused run must leave as it was: each node's container IDs and its patch files with their content."""
+    state = {}
+    for node in lab.nodes:
+        host = lab.host(node)
+        state[node] = (host.check_output("docker ps -aq --no-trunc | sort"),
+                       host.check_output("find /etc/dgxspark/patches -type f -exec sha256sum {} + 2>/dev/null | sort || true"))
+    return state
+
+
+@pytest.fixture(scope="module")
+def profiles_dir(tmp_path_factory):
+    directory = str(tmp_path_factory.mktemp("profiles"))
+    write_profile(directory, "lab_patched", ">=0.33,<0.34")
+    write_profile(directory, "lab_patched_for_0_34", ">=0.34")
+    return directory
+
+
+@pytest.fixture(scope="module")
+def deployed(lab, profiles_dir):
+    if len(lab.nodes) != 4:
+        lab.labctl("up", "--nodes", "4")
+    lab.labctl("serving")
+    rc, out = run_playbook(lab, "deploy.yml", *deploy_args(profiles_dir, "lab_patched"))
+    assert rc == 0, out[-6000:]
+    yield out
+    rc, stop_out = run_playbook(lab, "stop.yml")
+    assert rc == 0, stop_out[-3000:]
+
+
+def test_every_serving_container_checked_and_applied_the_patches(lab, deployed):
+    assert "Smoke answer: This is the dgxspark lab stand-in" in deployed
+    containers = [(node, "dgxspark-ray") for node in lab.nodes] + [(HEAD, "dgxspark-vllm")]
+    for node, container in containers:
+        log = lab.host(node).check_output("docker logs %s 2>&1" % container)
+        assert "dgxspark patches: lab_marker.py (python) verified and applied" in log, (node, container, log[-2000:])
+        assert "dgxspark patches: site/sitecustomize.py (sitecustomize) verified" in log, (node, container)
+        assert lab.host(node).check_output("docker exec %s cat /var/tmp/dgxspark-lab-patch" % container) == "1"
+
+
+def test_python_processes_of_the_containers_load_the_sitecustomize(lab, deployed):
+    for node in lab.nodes:
+        out = lab.host(node).check_output(
+            "docker exec dgxspark-ray python3 -c 'import sys, sitecustomize; "
+            "print(sitecustomize.__file__, [type(f).__name__ for f in sys.meta_path][0])'")
+        assert out == "/opt/dgxspark/patches/site/sitecustomize.py _AfterTorchImport", (node, out)
+        # The Ray worker processes (the engine's actors run in them) inherit it from the container.
+        environ = lab.host(node).check_output(
+            "for p in $(pgrep -f 'default_worker.py' | head -3); do tr '\\0' '\\n' < /proc/$p/environ | grep ^PYTHONPATH=; done")
+        assert environ and set(environ.splitlines()) == {"PYTHONPATH=/opt/dgxspark/patches/site"}, (node, environ)
+
+
+def test_a_rerun_changes_and_restarts_nothing(lab, deployed, profiles_dir):
+    before = node_state(lab)
+    rc, out = run_playbook(lab, "deploy.yml", *deploy_args(profiles_dir, "lab_patched"))
+    assert rc == 0, out[-4000:]
+    assert all(c["changed"] == 0 for c in recap(out).values()), recap(out)
+    assert node_state(lab) == before
+
+
+def test_a_patch_for_another_vllm_is_refused_before_anything_changes(lab, deployed, profiles_dir):
+    before = node_state(lab)
+    rc, out = run_playbook(lab, "deploy.yml", *deploy_args(profiles_dir, "lab_patched_for_0_34"))
+    assert rc != 0
+    assert ("profile lab_patched_for_0_34: patch patches/lab_marker.py applies to vLLM >=0.34, but the image has vLLM 0.33.0; "
+            "refusing to start it") in out, out[-4000:]
+    assert "No file or container was changed on any node" in out
+    assert node_state(lab) == before
+
+
+def test_a_patch_altered_on_a_node_stops_its_container_with_the_reason(lab, deployed, profiles_dir):
+    worker = lab.host("spark-delta")
+    worker.check_output("echo '# altered' >> /etc/dgxspark/patches/lab_marker.py && docker restart dgxspark-ray")
+    deadline, log = time.time() + 60, ""
+    while time.time() < deadline and "not starting" not in log:
+        time.sleep(2)
+        log = worker.check_output("docker logs --since 2m dgxspark-ray 2>&1")
+    assert "/opt/dgxspark/patches/lab_marker.py has sha256" in log and "the profile records" in log, log[-2000:]
+    # A deploy puts the file back; Docker's restart policy then starts the container with it.
+    rc, out = run_playbook(lab, "deploy.yml", *deploy_args(profiles_dir, "lab_patched"))
+    assert rc == 0, out[-4000:]
