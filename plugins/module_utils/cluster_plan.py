@@ -61,6 +61,7 @@ GB = 1000 ** 3
 GIB = 1024 ** 3
 KV_DTYPE_BYTES = {'fp8': 1}
 
+
 class ClusterPlanError(ValueError):
     """The inventory does not describe a valid cluster; ``problems`` lists every reason."""
 

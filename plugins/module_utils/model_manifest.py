@@ -180,3 +180,13 @@ def human_bytes(count):
             return ('%d %s' % (value, unit)) if unit == 'B' else ('%.1f %s' % (value, unit))
         value /= 1000.0
     return '%d B' % count
+
+
+def model_dir(hf_repo, model='', model_cache_dir='', explicit=''):
+    """The model's directory on a node: ``explicit`` (distribute_model_path), else ``model`` when it is a path, else the
+    Hugging Face cache layout under ``model_cache_dir`` (dgxspark_model_dir, default /root/.cache/huggingface)."""
+    if explicit:
+        return explicit
+    if model and str(model).startswith('/'):
+        return str(model)
+    return '%s/hub/models--%s' % (model_cache_dir or '/root/.cache/huggingface', str(hf_repo).replace('/', '--'))

@@ -61,12 +61,14 @@ def deploy_args(directory, profile):
 
 
 def node_state(lab):
-    """What a refused run must leave as it was: each node's container IDs and its patch files with their content."""
+    """What a refused or no-op run must leave as it was: each node's container IDs and start times, its patch files
+    with their content, and how often the lab patch ran in its Ray container."""
     state = {}
     for node in lab.nodes:
         host = lab.host(node)
-        state[node] = (host.check_output("docker ps -aq --no-trunc | sort"),
-                       host.check_output("find /etc/dgxspark/patches -type f -exec sha256sum {} + 2>/dev/null | sort || true"))
+        state[node] = (host.check_output("docker ps -aq --no-trunc | sort | xargs -r docker inspect -f '{{.Id}} {{.State.StartedAt}}'"),
+                       host.check_output("find /etc/dgxspark/patches -type f -exec sha256sum {} + 2>/dev/null | sort || true"),
+                       host.check_output("docker exec dgxspark-ray cat /var/tmp/dgxspark-lab-patch"))
     return state
 
 
@@ -97,7 +99,8 @@ def test_every_serving_container_checked_and_applied_the_patches(lab, deployed):
         log = lab.host(node).check_output("docker logs %s 2>&1" % container)
         assert "dgxspark patches: lab_marker.py (python) verified and applied" in log, (node, container, log[-2000:])
         assert "dgxspark patches: site/sitecustomize.py (sitecustomize) verified" in log, (node, container)
-        assert lab.host(node).check_output("docker exec %s cat /var/tmp/dgxspark-lab-patch" % container) == "1"
+        # Once per start of this container (a container stopped and started again applies it again, idempotently).
+        assert int(lab.host(node).check_output("docker exec %s cat /var/tmp/dgxspark-lab-patch" % container)) >= 1
 
 
 def test_python_processes_of_the_containers_load_the_sitecustomize(lab, deployed):
@@ -108,7 +111,7 @@ def test_python_processes_of_the_containers_load_the_sitecustomize(lab, deployed
         assert out == "/opt/dgxspark/patches/site/sitecustomize.py _AfterTorchImport", (node, out)
         # The Ray worker processes (the engine's actors run in them) inherit it from the container.
         environ = lab.host(node).check_output(
-            "for p in $(pgrep -f 'default_worker.py' | head -3); do tr '\\0' '\\n' < /proc/$p/environ | grep ^PYTHONPATH=; done")
+            "for p in $(pgrep -f '[d]efault_worker.py' | head -3); do tr '\\0' '\\n' < /proc/$p/environ 2>/dev/null | grep ^PYTHONPATH=; done; true")
         assert environ and set(environ.splitlines()) == {"PYTHONPATH=/opt/dgxspark/patches/site"}, (node, environ)
 
 

@@ -1,0 +1,88 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, dgxspark.cluster contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Parsers of what the preflight module reads on a node (nvidia-smi, /proc/meminfo, ss, cgroups, os-release).
+
+Pure functions over the commands' real output formats, table-tested in tests/unit/test_preflight_facts.py.
+"""
+from __future__ import annotations
+
+import re
+
+_CUDA = re.compile(r'CUDA Version:\s*([0-9][0-9.]*)')
+_DRIVER = re.compile(r'Driver Version:\s*([0-9][0-9.]*)')
+# A Docker container's ID in a cgroup path: cgroup v2 (system.slice/docker-<id>.scope), v1 and nested Docker (/docker/<id>).
+_CGROUP_CONTAINER = re.compile(r'(?:docker-|/docker/)([0-9a-f]{64})')
+_SS_USER = re.compile(r'\("([^"]*)",pid=([0-9]+)')
+
+
+def parse_nvidia_smi_query(output):
+    """`nvidia-smi --query-gpu=name,driver_version --format=csv,noheader` -> [{'name', 'driver'}] (one per GPU)."""
+    gpus = []
+    for line in (output or '').splitlines():
+        parts = [part.strip() for part in line.split(',')]
+        if len(parts) >= 2 and parts[0]:
+            gpus.append({'name': parts[0], 'driver': parts[1]})
+    return gpus
+
+
+def parse_nvidia_smi_header(output):
+    """The plain `nvidia-smi` table -> (driver version, CUDA version); '' for what it does not show."""
+    driver = _DRIVER.search(output or '')
+    cuda = _CUDA.search(output or '')
+    return (driver.group(1) if driver else ''), (cuda.group(1) if cuda else '')
+
+
+def parse_meminfo(text):
+    """/proc/meminfo -> {name: kB} (MemTotal, MemAvailable, SwapTotal, SwapFree, ...)."""
+    values = {}
+    for line in (text or '').splitlines():
+        name, _sep, rest = line.partition(':')
+        fields = rest.split()
+        if name and fields and fields[0].isdigit():
+            values[name.strip()] = int(fields[0])
+    return values
+
+
+def parse_ss_listening(output):
+    """`ss -Htlnp` -> [{'port', 'address', 'process', 'pid'}] (pid None when ss shows no process)."""
+    sockets = []
+    for line in (output or '').splitlines():
+        fields = line.split()
+        if len(fields) < 4:
+            continue
+        local = fields[3]
+        address, _sep, port = local.rpartition(':')
+        if not port.isdigit():
+            continue
+        user = _SS_USER.search(line)
+        sockets.append({'port': int(port), 'address': address, 'process': user.group(1) if user else '',
+                        'pid': int(user.group(2)) if user else None})
+    return sockets
+
+
+def container_id_of_cgroup(text):
+    """The Docker container ID in /proc/<pid>/cgroup, or '' when the process runs in no container. Nested Docker (a
+    container's own dockerd) shows the outer ID first: the innermost, last one is the process's container."""
+    found = _CGROUP_CONTAINER.findall(text or '')
+    return found[-1] if found else ''
+
+
+def parse_os_release(text):
+    """/etc/os-release -> PRETTY_NAME (or NAME VERSION_ID)."""
+    values = {}
+    for line in (text or '').splitlines():
+        key, sep, value = line.partition('=')
+        if sep:
+            values[key.strip()] = value.strip().strip('"')
+    return values.get('PRETTY_NAME') or ' '.join(v for v in (values.get('NAME'), values.get('VERSION_ID')) if v)
+
+
+def parse_docker_ps(output):
+    """`docker ps --no-trunc --format '{{.ID}} {{.Names}}'` -> {id: name}."""
+    containers = {}
+    for line in (output or '').splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            containers[parts[0]] = parts[1]
+    return containers
