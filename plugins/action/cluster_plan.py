@@ -19,6 +19,11 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils.inventory_schema 
     cluster_variable_names,
     host_variable_names,
 )
+from ansible_collections.dgxspark.cluster.plugins.module_utils.inventory_names import (
+    known_names,
+    unknown_variable_problems,
+    variable_prefixes,
+)
 
 # plugins/action/cluster_plan.py -> the collection root is two directories above plugins/action.
 COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -69,6 +74,7 @@ class ActionModule(ActionBase):
         wanted = cluster_variable_names() + host_variable_names()
         node_hosts = list(groups.get('head') or []) + list(groups.get('workers') or [])
         node_vars = {}
+        node_names = {}
         for host in node_hosts:
             if host in node_vars:
                 continue
@@ -77,6 +83,7 @@ class ActionModule(ActionBase):
             except KeyError:
                 host_vars = {}
             node_vars[host] = dict((name, host_vars[name]) for name in wanted if name in host_vars)
+            node_names[host] = list(host_vars.keys())  # names only: nothing is templated
 
         directories = [BUILTIN_PROFILES_DIR]
         # The argument, else the inventory's or the command line's dgxspark_profiles_dir: every play that plans (the
@@ -85,6 +92,8 @@ class ActionModule(ActionBase):
         if profiles_dir:
             directories.append(os.path.abspath(os.path.expanduser(str(profiles_dir))))
         profiles, problems = load_profiles(directories)
+        # A misspelled variable would be ignored and its default used: refuse it with the closest known name.
+        problems.extend(unknown_variable_problems(node_names, known_names(COLLECTION_ROOT), variable_prefixes(COLLECTION_ROOT)))
         plan_groups = {'head': list(groups.get('head') or []), 'workers': list(groups.get('workers') or [])}
         try:
             plan = build_plan(plan_groups, node_vars, profiles, overrides=args.get('overrides') or {})

@@ -90,3 +90,27 @@ def test_seed_001_as_written_is_refused_by_its_alternative_playbook_too():
     result = run_playbook_plan_only('deploy-001-3node.yml', 'tests/inventories/seed001')
     assert result.returncode == 0, result.stdout + result.stderr
     assert 'TP 1 x PP 3 = 3 GPUs on 3 nodes' in result.stdout
+
+
+def test_plan_refuses_misspelled_variables_with_the_closest_name():
+    """A misspelled variable would be ignored and its default used: the plan names it, every one at once."""
+    result = run_plan('inventories/4node', '-e', '{"dgxspark_tensor_paralel_size": 4, "ray_cluster_imgae": "x"}')
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    for text in ['dgxspark_tensor_paralel_size is not a variable of dgxspark.cluster (did you mean '
+                 'dgxspark_tensor_parallel_size?): set on every node',
+                 'ray_cluster_imgae is not a variable of dgxspark.cluster (did you mean ray_cluster_image?): set on every node',
+                 'The cluster plan is invalid (2 problems)']:
+        assert text in output, (text, output)
+
+
+def test_plan_names_the_host_of_a_misspelled_host_variable(tmp_path):
+    """A second inventory source adds a variable to one node only: the problem names that node."""
+    extra = tmp_path / 'extra.yml'
+    extra.write_text('all:\n  children:\n    workers:\n      hosts:\n        spark-gamma:\n'
+                     '          dgxspark_rail_adresses: {rail1: 192.168.100.50}\n', encoding='utf-8')
+    result = run_plan('inventories/4node', '-i', str(extra))
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    assert ('dgxspark_rail_adresses is not a variable of dgxspark.cluster (did you mean dgxspark_rail_addresses?): '
+            'set on spark-gamma;') in output, output
