@@ -84,6 +84,9 @@ bench-deploy: setup
 bench-distribute: setup
 	bench/distribute
 
+bench-preflight: setup
+	bench/preflight
+
 # Benchmark a deployed endpoint (playbooks/benchmark.yml): make bench-serving INVENTORY=inventories/4node BENCH_ARGS='-e ...'
 bench-serving: setup
 	$(BIN)/ansible-playbook playbooks/benchmark.yml -i $(INVENTORY) $(BENCH_ARGS)

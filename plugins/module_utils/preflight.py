@@ -287,4 +287,7 @@ def render(report):
         lines.append('%d problem%s (nothing was changed on any node):' % (len(report['problems']), '' if len(report['problems']) == 1 else 's'))
         lines.extend('- %s' % p for p in report['problems'])
     lines.extend('warning: %s' % w for w in report['warnings'])
+    lines.append('%d checks on %d nodes: %d problem%s, %d warning%s' % (
+        len(report['checks']) * len(report['rows']), len(report['rows']), len(report['problems']),
+        '' if len(report['problems']) == 1 else 's', len(report['warnings']), '' if len(report['warnings']) == 1 else 's'))
     return lines

@@ -23,7 +23,7 @@ description:
     the Ray and vLLM ports (free or held by this collection's containers); the clock skew between nodes; OS and kernel
     differences (warnings)."
   - Returns the node-by-check table and fails, before any host is changed, with every problem, each naming the node, what was
-    found, what was expected and the fix. An unreachable node is a problem like the others: it never proceeds on a subset.
+    found, what was expected and the fix. An unreachable node is a problem like the others; it never proceeds on a subset.
 options:
   plan:
     description: The cluster plan (M(dgxspark.cluster.cluster_plan)).

@@ -72,7 +72,8 @@ def test_healthy_cluster_passes_with_one_row_per_node():
     assert report['rows'][0]['gpu'] == 'GB10 580.95.05 CUDA 13.0'
     assert report['rows'][1]['model'] == 'as on head'
     lines = preflight.render(report)
-    assert lines[0].split() == ['node'] + list(preflight.CHECKS) and len(lines) == 6
+    assert lines[0].split() == ['node'] + list(preflight.CHECKS) and len(lines) == 7
+    assert lines[-1] == '40 checks on 4 nodes: 0 problems, 0 warnings'
 
 
 @pytest.mark.parametrize('changes,expect,fragments', [

@@ -1,0 +1,134 @@
+"""Preflight on the 4-node lab (issue 9): each bad input stops `deploy-397b.yml` in its preflight phase with a message
+naming the node, what was found, what was expected and the fix, and no file or container changed on any node.
+
+Bad inputs, each staged with a lab knob and undone afterwards: a driver mismatch (`labctl driver`), the serving image
+missing on one node (distribution off), one model shard missing and one of another size on another node (distribution
+off), a node whose management network is cut (`labctl mgmt`), a Ray port taken by a foreign process, too little free
+memory (`labctl memory`, the stand-in meminfo).
+
+    python3 lab/labctl.py up --serving && .venv/bin/python -m pytest -m lab tests/lab/test_preflight_lab.py
+"""
+
+import json
+
+import pytest
+
+from ansible_lab import run_playbook
+
+pytestmark = pytest.mark.lab
+
+MODEL_DIR = "/var/lib/dgxspark-lab/models/qwen3-standin"
+# What a deploy changes: the collection's files and stamps, the netplan and sysctl drop-ins, every container's state.
+WATCHED = "/etc/dgxspark /etc/netplan /etc/sysctl.d /etc/security/limits.d /var/lib/dgxspark " + MODEL_DIR
+SNAPSHOT = ("find %s -type f -exec sha256sum {} + 2>/dev/null | sort; "
+            "docker ps -aq --no-trunc | sort | xargs -r docker inspect -f '{{.Id}} {{.State.Status}} {{.State.StartedAt}}'") % WATCHED
+
+
+def snapshot(lab, nodes=None):
+    return dict((node, lab.host(node).check_output(SNAPSHOT)) for node in (nodes or lab.nodes))
+
+
+@pytest.fixture(scope="module")
+def stopped_lab(lab):
+    """4 nodes with the serving image and the lab model, serving containers stopped (so that their memory is free)."""
+    if len(lab.nodes) != 4:
+        lab.labctl("up", "--nodes", "4")
+    lab.labctl("serving")
+    rc, out = run_playbook(lab, "stop.yml")
+    assert rc == 0, out[-3000:]
+    return lab
+
+
+def deploy_stops_at_preflight(lab, *extra, nodes=None):
+    """Run deploy-397b.yml; assert it failed in the preflight phase and changed nothing; return its output."""
+    before = snapshot(lab, nodes)
+    rc, out = run_playbook(lab, "deploy-397b.yml", *extra, timeout=600)
+    assert rc != 0, out[-4000:]
+    assert "Preflight found" in out and "the deploy stops before any host is changed" in out, out[-6000:]
+    assert "PLAY [Configure the CX-7 rails" not in out  # no later phase started
+    assert snapshot(lab, nodes) == before
+    return out
+
+
+def test_a_healthy_lab_passes_preflight_with_one_table(stopped_lab):
+    rc, out = run_playbook(stopped_lab, "preflight.yml")
+    assert rc == 0, out[-4000:]
+    assert "40 checks on 4 nodes: 0 problems" in out
+    for node in stopped_lab.nodes:
+        assert "- %s" % node in out or node in out
+
+
+def test_a_driver_mismatch_is_named(stopped_lab):
+    stopped_lab.labctl("driver", "spark-delta", "580.142")
+    try:
+        out = deploy_stops_at_preflight(stopped_lab)
+    finally:
+        stopped_lab.labctl("driver", "spark-delta", "580.95.05")
+    assert ("spark-delta: gpu: found driver 580.142; expected driver 580.95.05, as on spark-alpha, spark-beta, spark-gamma. "
+            "Fix: install the same driver on every node") in out
+
+
+def test_the_image_missing_on_one_node(stopped_lab):
+    tag = stopped_lab.state()["serving_image"]
+    gamma = stopped_lab.host("spark-gamma")
+    gamma.check_output("docker rmi -f %s" % tag)
+    try:
+        # With the distribution on, the deploy would bring it: preflight passes and says so.
+        rc, out = run_playbook(stopped_lab, "preflight.yml")
+        assert rc == 0 and "to be distributed" in out, out[-4000:]
+        out = deploy_stops_at_preflight(stopped_lab, "-e", json.dumps({"dgxspark_distribute_image": False}))
+    finally:
+        stopped_lab.labctl("serving", "spark-gamma")
+    assert "spark-gamma: image: found image %s missing" % tag in out
+    assert "turn the distribution on (dgxspark_distribute_image: true)" in out
+
+
+def test_a_missing_and_a_resized_model_shard(stopped_lab):
+    beta, gamma = stopped_lab.host("spark-beta"), stopped_lab.host("spark-gamma")
+    shards = sorted(beta.check_output("cd %s && ls *.safetensors" % MODEL_DIR).split())
+    beta.check_output("mv %s/%s /root/preflight-shard" % (MODEL_DIR, shards[0]))
+    gamma.check_output("cp -p %s/%s /root/preflight-shard && truncate -s +4096 %s/%s" % (MODEL_DIR, shards[-1], MODEL_DIR, shards[-1]))
+    try:
+        out = deploy_stops_at_preflight(stopped_lab, "-e", json.dumps({"dgxspark_distribute_model": False}))
+    finally:
+        beta.check_output("mv /root/preflight-shard %s/%s" % (MODEL_DIR, shards[0]))
+        gamma.check_output("mv /root/preflight-shard %s/%s" % (MODEL_DIR, shards[-1]))
+    assert "spark-beta: model: found 1 missing (%s)" % shards[0] in out
+    assert "spark-gamma: model: found 1 of another size (%s)" % shards[-1] in out
+    assert "copy the model from spark-alpha, or turn the distribution on (dgxspark_distribute_model: true)" in out
+
+
+def test_a_node_cut_from_the_management_network(stopped_lab):
+    others = ["spark-alpha", "spark-beta", "spark-delta"]
+    before = snapshot(stopped_lab, ["spark-gamma"])
+    stopped_lab.labctl("mgmt", "spark-gamma", "cut")
+    try:
+        out = deploy_stops_at_preflight(stopped_lab, nodes=others)
+    finally:
+        stopped_lab.labctl("mgmt", "spark-gamma", "restore")
+    assert snapshot(stopped_lab, ["spark-gamma"]) == before
+    assert "spark-gamma: ssh: found unreachable" in out
+    assert "Fix: check that the node is up, its management address, the SSH key and sudo" in out
+    # The other nodes were read and checked all the same: no subset proceeds, every node is in the table.
+    assert "40 checks on 4 nodes: 1 problem" in out
+
+
+def test_a_ray_port_taken_by_a_foreign_process(stopped_lab):
+    beta = stopped_lab.host("spark-beta")
+    beta.check_output("nohup python3 -m http.server 6380 --bind 0.0.0.0 >/dev/null 2>&1 & echo $! > /run/preflight-squatter")
+    try:
+        out = deploy_stops_at_preflight(stopped_lab)
+    finally:
+        beta.check_output("kill $(cat /run/preflight-squatter) && rm /run/preflight-squatter")
+    assert "spark-beta: ports: found 6380 (Ray node_manager) held by python3 pid" in out
+    assert "stop what holds them, or move the collection's ports (ray_cluster_ports, vllm_container_port)" in out
+
+
+def test_too_little_free_memory_names_the_largest_consumers(stopped_lab):
+    stopped_lab.labctl("memory", "spark-beta", "--available-gib", "40")
+    try:
+        out = deploy_stops_at_preflight(stopped_lab)
+    finally:
+        stopped_lab.labctl("memory", "spark-beta", "--reset")
+    assert "spark-beta: memory: found MemAvailable 40.0 GiB; expected at least 103.4 GiB free" in out
+    assert "the largest consumers are " in out and "(pid " in out
