@@ -9,6 +9,9 @@
     labctl.py restart NODE                       restart a node (fabric re-plumbed, faults re-applied)
     labctl.py reset NODE...                      recreate nodes from the image (undo changes made inside them)
     labctl.py driver NODE VERSION                driver version the node's nvidia-smi stand-in reports
+    labctl.py memory NODE [--total-gib X] [--available-gib Y] [--swap-gib Z] | --reset
+                                                 the node's stand-in meminfo (/etc/dgxspark-lab/meminfo); alone: show it
+    labctl.py mgmt NODE cut|restore              cut / restore a node's management network (ssh times out)
     labctl.py load-image IMAGE [NODE...]         copy a host image into the nodes' Docker (docker save | load)
     labctl.py serving [NODE...]                  build the serving image (if needed), load it + the lab model dir into nodes
     labctl.py build                              build the node image only
@@ -39,17 +42,18 @@ write_inventory), not this package.
 # Re-exported: the pure layer (constants, logic) and what tests/lab uses (conftest.py, test_labctl_unit.py).
 from .constants import (
     BASE_REPO, BRIDGES, BUILD_FORMAT, CACHE_DIR, CAPABILITIES, CONTAINER_PREFIX, DEFAULT_MIRROR, DEFAULT_NODES,
-    DRIVER_RE, FABRIC, HOST_MTU, LABEL, LAB_DIR, MAX_NODES, MGMT_FIRST_OFFSET, MGMT_GATEWAY, MGMT_NETWORK,
-    MGMT_SUBNET, MIN_NODES, NODE_DIR, NODE_NAMES, NODE_REPO, NODE_START_MTU, RAIL_ADDRESS_OFFSET, RAIL_SUBNETS,
-    RATE_RE, REPO_DIR, SERVING_BUILD_FORMAT, SERVING_DIR, SERVING_MODELS_DIR, SERVING_MODEL_MARKER,
-    SERVING_MODEL_NAME, SERVING_MODEL_SHARDS, SERVING_MODEL_SHARD_MIB, SERVING_PACKAGES, SERVING_REPO, STATE_DIR,
-    STATIC_INVENTORY_DIR, SUITE, LabError,
+    DRIVER_RE, FABRIC, HOST_MTU, LABEL, LAB_DIR, MAX_NODES, MEMINFO_PATH, MGMT_FIRST_OFFSET, MGMT_GATEWAY,
+    MGMT_NETWORK, MGMT_SUBNET, MIN_NODES, NODE_DIR, NODE_NAMES, NODE_REPO, NODE_START_MTU, RAIL_ADDRESS_OFFSET,
+    RAIL_SUBNETS, RATE_RE, REPO_DIR, SERVING_BUILD_FORMAT, SERVING_DIR, SERVING_MODELS_DIR, SERVING_MODEL_MARKER,
+    SERVING_MODEL_NAME, SERVING_MODEL_SHARDS, SERVING_MODEL_SHARD_MIB, SERVING_PACKAGES, SERVING_REPO,
+    SPARK_MEMAVAILABLE_KIB, SPARK_MEMTOTAL_KIB, SPARK_SWAP_KIB, STATE_DIR, STATIC_INVENTORY_DIR, SUITE, LabError,
 )
 from .logic import (
     base_hash_parts, base_packages, container_name, content_hash, default_state, detect_mirror, host_veth,
-    is_serving_test_path, mgmt_ip, node_faults, node_hash_parts, node_index, node_names, parse_apt_sources,
-    parse_rail, parse_rate, rail_address, rate_to_bps, render_group_vars, render_hosts_yml, render_known_hosts,
-    render_ssh_config, serving_hash_parts, serving_model_hash, serving_tag, short_name, tbf_args, tree_entries,
+    is_serving_test_path, memory_kib, mgmt_ip, node_faults, node_hash_parts, node_index, node_names,
+    parse_apt_sources, parse_gib, parse_rail, parse_rate, rail_address, rate_to_bps, render_group_vars,
+    render_hosts_yml, render_known_hosts, render_meminfo, render_ssh_config, serving_hash_parts, serving_model_hash,
+    serving_tag, short_name, tbf_args, tree_entries,
 )
 from .host import load_state
 from .serving import serving_model_tar, serving_rootfs_key, slim_rootfs
@@ -58,15 +62,17 @@ from .cli import main
 
 __all__ = [
     "BASE_REPO", "BRIDGES", "BUILD_FORMAT", "CACHE_DIR", "CAPABILITIES", "CONTAINER_PREFIX", "DEFAULT_MIRROR",
-    "DEFAULT_NODES", "DRIVER_RE", "FABRIC", "HOST_MTU", "LABEL", "LAB_DIR", "MAX_NODES", "MGMT_FIRST_OFFSET",
-    "MGMT_GATEWAY", "MGMT_NETWORK", "MGMT_SUBNET", "MIN_NODES", "NODE_DIR", "NODE_NAMES", "NODE_REPO",
-    "NODE_START_MTU", "RAIL_ADDRESS_OFFSET", "RAIL_SUBNETS", "RATE_RE", "REPO_DIR", "SERVING_BUILD_FORMAT",
-    "SERVING_DIR", "SERVING_MODELS_DIR", "SERVING_MODEL_MARKER", "SERVING_MODEL_NAME", "SERVING_MODEL_SHARDS",
-    "SERVING_MODEL_SHARD_MIB", "SERVING_PACKAGES", "SERVING_REPO", "STATE_DIR", "STATIC_INVENTORY_DIR", "SUITE",
-    "LabError", "base_hash_parts", "base_packages", "container_name", "content_hash", "default_state",
-    "detect_mirror", "host_veth", "is_serving_test_path", "mgmt_ip", "node_faults", "node_hash_parts", "node_index",
-    "node_names", "parse_apt_sources", "parse_rail", "parse_rate", "rail_address", "rate_to_bps", "render_group_vars",
-    "render_hosts_yml", "render_known_hosts", "render_ssh_config", "serving_hash_parts", "serving_model_hash",
-    "serving_tag", "short_name", "tbf_args", "tree_entries", "load_state", "serving_model_tar", "serving_rootfs_key",
-    "slim_rootfs", "LIVE_STATE_DIR_EXPR", "render_mgmt_netplan", "write_inventory", "main",
+    "DEFAULT_NODES", "DRIVER_RE", "FABRIC", "HOST_MTU", "LABEL", "LAB_DIR", "MAX_NODES", "MEMINFO_PATH",
+    "MGMT_FIRST_OFFSET", "MGMT_GATEWAY", "MGMT_NETWORK", "MGMT_SUBNET", "MIN_NODES", "NODE_DIR", "NODE_NAMES",
+    "NODE_REPO", "NODE_START_MTU", "RAIL_ADDRESS_OFFSET", "RAIL_SUBNETS", "RATE_RE", "REPO_DIR",
+    "SERVING_BUILD_FORMAT", "SERVING_DIR", "SERVING_MODELS_DIR", "SERVING_MODEL_MARKER", "SERVING_MODEL_NAME",
+    "SERVING_MODEL_SHARDS", "SERVING_MODEL_SHARD_MIB", "SERVING_PACKAGES", "SERVING_REPO", "SPARK_MEMAVAILABLE_KIB",
+    "SPARK_MEMTOTAL_KIB", "SPARK_SWAP_KIB", "STATE_DIR", "STATIC_INVENTORY_DIR", "SUITE", "LabError",
+    "base_hash_parts", "base_packages", "container_name", "content_hash", "default_state", "detect_mirror",
+    "host_veth", "is_serving_test_path", "memory_kib", "mgmt_ip", "node_faults", "node_hash_parts", "node_index",
+    "node_names", "parse_apt_sources", "parse_gib", "parse_rail", "parse_rate", "rail_address", "rate_to_bps",
+    "render_group_vars", "render_hosts_yml", "render_known_hosts", "render_meminfo", "render_ssh_config",
+    "serving_hash_parts", "serving_model_hash", "serving_tag", "short_name", "tbf_args", "tree_entries",
+    "load_state", "serving_model_tar", "serving_rootfs_key", "slim_rootfs", "LIVE_STATE_DIR_EXPR",
+    "render_mgmt_netplan", "write_inventory", "main",
 ]

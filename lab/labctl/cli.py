@@ -6,8 +6,8 @@ import sys
 
 from .constants import DEFAULT_NODES, LabError
 from .commands import (
-    cmd_attach, cmd_build, cmd_down, cmd_driver, cmd_inventory, cmd_load_image, cmd_rail, cmd_reset, cmd_restart,
-    cmd_serving, cmd_status, cmd_up,
+    cmd_attach, cmd_build, cmd_down, cmd_driver, cmd_inventory, cmd_load_image, cmd_memory, cmd_mgmt, cmd_rail,
+    cmd_reset, cmd_restart, cmd_serving, cmd_status, cmd_up,
 )
 
 
@@ -48,6 +48,19 @@ def main(argv=None):
     p.add_argument("node")
     p.add_argument("version")
     p.set_defaults(func=cmd_driver)
+    p = sub.add_parser("memory", help="the node's stand-in /proc/meminfo (/etc/dgxspark-lab/meminfo); "
+                                      "no option: show it")
+    p.add_argument("node")
+    p.add_argument("--total-gib", default=None, help="MemTotal in GiB (default 121.7, a Spark's)")
+    p.add_argument("--available-gib", default=None,
+                   help="MemAvailable in GiB (default 117, or a Spark's share of --total-gib)")
+    p.add_argument("--swap-gib", default=None, help="SwapTotal = SwapFree in GiB (default 0)")
+    p.add_argument("--reset", action="store_true", help="write the defaults")
+    p.set_defaults(func=cmd_memory)
+    p = sub.add_parser("mgmt", help="cut / restore a node's management network (ssh to it times out)")
+    p.add_argument("node")
+    p.add_argument("action", choices=("cut", "restore"))
+    p.set_defaults(func=cmd_mgmt)
     p = sub.add_parser("load-image", help="copy a host image into the nodes' Docker daemons (no registry)")
     p.add_argument("image")
     p.add_argument("node", nargs="*", help="nodes (default: all)")

@@ -7,12 +7,12 @@ import sys
 import time
 
 from .constants import (
-    BASE_REPO, BRIDGES, DRIVER_RE, FABRIC, LABEL, MGMT_NETWORK, NODE_NAMES, NODE_REPO, SERVING_REPO, STATE_DIR,
-    LabError,
+    BASE_REPO, BRIDGES, DRIVER_RE, FABRIC, LABEL, MEMINFO_PATH, MGMT_NETWORK, NODE_NAMES, NODE_REPO, SERVING_REPO,
+    STATE_DIR, LabError,
 )
 from .logic import (
-    container_name, default_state, host_veth, mgmt_ip, node_faults, node_index, node_names, parse_rail, parse_rate,
-    render_hosts_yml, serving_model_hash,
+    container_name, default_state, host_veth, memory_kib, mgmt_ip, node_faults, node_index, node_names, parse_rail,
+    parse_rate, render_hosts_yml, serving_model_hash,
 )
 from .host import (
     docker, docker_available, ensure_docker, ip_cmd, link_exists, load_state, log, out, save_state, state_lock,
@@ -26,8 +26,9 @@ from .serving import (
 from .ssh import MGMT_NETPLAN_PATH, ensure_ssh_keys, mgmt_netplan_tar, ssh_dir, write_inventory, write_ssh_files
 from .network import ensure_bridges, ensure_iptables, ensure_mgmt_network, remove_iptables
 from .nodes import (
-    apply_node_network, container_pid, create_node, fabric_ok, in_node_netns, inspect_container, lab_containers,
-    node_keys_id, plumb_fabric, remove_node, system_state, wait_nodes,
+    apply_node_network, connect_mgmt, container_pid, create_node, cut_mgmt, ensure_meminfo, fabric_ok, in_node_netns,
+    inspect_container, lab_containers, mgmt_connected, node_keys_id, plumb_fabric, remove_node, system_state,
+    wait_nodes, wait_ssh, write_meminfo,
 )
 
 
@@ -72,6 +73,9 @@ def cmd_up(args):
                 log("recreating %s (seeded with the SSH keys of another lab state dir)" % node)
                 remove_node(node)
                 info = None
+            if info and not mgmt_connected(info):
+                log("restoring the management network of %s (%s)" % (node, mgmt_ip(index)))
+                connect_mgmt(node, index)
             if info is None:
                 log("creating %s (%s)" % (node, mgmt_ip(index)))
                 create_node(node, index, image)
@@ -88,6 +92,8 @@ def cmd_up(args):
                 apply_node_network(node, state)
             if docker("exec", container_name(node), "test", "-e", "/" + MGMT_NETPLAN_PATH, check=False).returncode != 0:
                 docker("cp", "-", container_name(node) + ":/", input_data=mgmt_netplan_tar(index))
+            if ensure_meminfo(node):
+                log("%s: wrote the default stand-in %s" % (node, MEMINFO_PATH))
         save_state(state)
         write_ssh_files(count)
         write_inventory(count, state.get("model_profile"))
@@ -148,6 +154,7 @@ def node_status(node, index, state):
     if not info:
         return row
     row["container"] = info["State"]["Status"]
+    row["mgmt"] = "connected" if mgmt_connected(info) else "cut"
     if not info["State"]["Running"]:
         return row
     row["system"] = system_state(node)
@@ -203,9 +210,9 @@ def cmd_status(args):
         serving = ""
         if "serving" in row:
             serving = " serving=%s" % ("+".join(k for k in ("image", "model") if row["serving"][k]) or "missing")
-        print("%-14s %-15s %-8s %-9s driver=%-10s %s%s" % (
-            row["node"], row["mgmt_ip"], row["container"], row.get("system", "-"), row.get("driver", "-"), fabric,
-            serving))
+        print("%-14s %-15s%s %-8s %-9s driver=%-10s %s%s" % (
+            row["node"], row["mgmt_ip"], "(CUT)" if row.get("mgmt") == "cut" else "", row["container"],
+            row.get("system", "-"), row.get("driver", "-"), fabric, serving))
     return 0
 
 
@@ -268,6 +275,7 @@ def cmd_reset(args):
             create_node(node, node_index(node), state["image"])
             docker("start", container_name(node))
             plumb_fabric(node, state)
+            ensure_meminfo(node)
     results = wait_nodes(args.node)
     ok = True
     for node in args.node:
@@ -287,6 +295,52 @@ def cmd_driver(args):
            "printf '%s\\n' > /etc/dgxspark-lab/driver-version" % args.version)
     log("%s: nvidia-smi now reports driver %s" % (args.node, args.version))
     return 0
+
+
+def cmd_memory(args):
+    """The node's stand-in meminfo (MEMINFO_PATH): set figures, --reset to a Spark's, or show it."""
+    given = (args.total_gib, args.available_gib, args.swap_gib)
+    figures = memory_kib(*given, reset=args.reset)  # validates before touching the lab
+    require_state(args.node)
+    container_pid(args.node)
+    if not args.reset and all(v is None for v in given):
+        proc = docker("exec", container_name(args.node), "cat", MEMINFO_PATH, check=False)
+        if proc.returncode != 0:
+            raise LabError("%s has no %s yet (`labctl.py up` or `memory %s --reset` writes the default)" % (
+                args.node, MEMINFO_PATH, args.node))
+        sys.stdout.write(out(proc) + "\n")
+        return 0
+    write_meminfo(args.node, *figures)
+    log("%s: %s now says MemTotal %d kB, MemAvailable %d kB, SwapTotal %d kB%s" % (
+        args.node, MEMINFO_PATH, figures[0], figures[1], figures[2], " (the defaults)" if args.reset else ""))
+    return 0
+
+
+def cmd_mgmt(args):
+    """Cut / restore a node's management network (Docker network disconnect / connect at its fixed address)."""
+    with state_lock():
+        require_state(args.node)
+        index = node_index(args.node)
+        info = inspect_container(args.node)
+        if not info:
+            raise LabError("node %s does not exist; run `labctl.py up`" % args.node)
+        connected = mgmt_connected(info)
+        if args.action == "cut":
+            if not connected:
+                log("%s: management network already cut (nothing to do)" % args.node)
+                return 0
+            cut_mgmt(args.node, index)
+            log("%s: management network cut (%s unreachable; rails and containers keep running)" % (
+                args.node, mgmt_ip(index)))
+            return 0
+        if connected:
+            log("%s: management network already connected (nothing to do)" % args.node)
+            return 0
+        connect_mgmt(args.node, index)
+    ok = not info["State"]["Running"] or wait_ssh(mgmt_ip(index), timeout=30)
+    log("%s: management network restored at %s%s" % (
+        args.node, mgmt_ip(index), "" if ok else "; ssh NOT reachable"))
+    return 0 if ok else 1
 
 
 def cmd_load_image(args):

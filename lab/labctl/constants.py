@@ -62,6 +62,12 @@ CAPABILITIES = ("SYS_ADMIN", "NET_ADMIN", "NET_RAW", "MKNOD", "SYS_PTRACE", "IPC
 # Not granted: SYS_TIME (the host clock), SYS_MODULE, SYS_RAWIO, SYS_BOOT, SYSLOG, MAC_*; never --privileged
 # (and --cap-add ALL fails here: CAP_SYS_RESOURCE is not in the bounding set).
 
+# Stand-in /proc/meminfo for the collection's preflight checks (a node's real one is the host's): `labctl.py memory`.
+MEMINFO_PATH = "/etc/dgxspark-lab/meminfo"
+SPARK_MEMTOTAL_KIB = 127614976          # a DGX Spark's MemTotal (121.7 GiB)
+SPARK_MEMAVAILABLE_KIB = 117 * 1024 * 1024  # 117 GiB available, an idle Spark
+SPARK_SWAP_KIB = 0                      # Sparks often have 16 GiB of swap; the lab's default is none
+
 DRIVER_RE = re.compile(r"^\d{3}\.\d{1,3}(\.\d{1,3})?$")
 RATE_RE = re.compile(r"^\d+(\.\d+)?(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps)$")
 

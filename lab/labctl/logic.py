@@ -5,14 +5,15 @@ of the inventory and ssh files, the state's defaults. No Docker, no root: unit t
 import hashlib
 import ipaddress
 import json
+import math
 import os
 import re
 
 from .constants import (
     BUILD_FORMAT, CONTAINER_PREFIX, DEFAULT_MIRROR, DEFAULT_NODES, MAX_NODES, MGMT_FIRST_OFFSET, MGMT_SUBNET,
     MIN_NODES, NODE_DIR, NODE_NAMES, RAIL_ADDRESS_OFFSET, RAIL_SUBNETS, RATE_RE, SERVING_BUILD_FORMAT, SERVING_DIR,
-    SERVING_MODEL_NAME, SERVING_MODEL_SHARDS, SERVING_MODEL_SHARD_MIB, SERVING_PACKAGES, SERVING_REPO, SUITE,
-    LabError,
+    SERVING_MODEL_NAME, SERVING_MODEL_SHARDS, SERVING_MODEL_SHARD_MIB, SERVING_PACKAGES, SERVING_REPO,
+    SPARK_MEMAVAILABLE_KIB, SPARK_MEMTOTAL_KIB, SPARK_SWAP_KIB, SUITE, LabError,
 )
 
 
@@ -293,3 +294,61 @@ def node_faults(state, node):
     faults.setdefault("rail2", "up")
     faults.setdefault("detached", False)
     return faults
+
+
+# ----------------------------------------------------------------------------- the meminfo stand-in
+
+def parse_gib(value, what, allow_zero=False):
+    """A size in GiB (decimal allowed) -> KiB (int); LabError unless a finite number > 0 (>= 0 with allow_zero)."""
+    try:
+        number = float(str(value).strip())
+    except ValueError:
+        number = float("nan")
+    if not math.isfinite(number) or number < 0 or (number == 0 and not allow_zero):
+        raise LabError("%s must be a number of GiB %s, got %r" % (what, "of 0 or more" if allow_zero else "above 0",
+                                                                  value))
+    kib = int(round(number * 1024 * 1024))
+    if kib == 0 and not allow_zero:
+        raise LabError("%s must be at least 1 KiB, got %r GiB" % (what, value))
+    return kib
+
+
+def memory_kib(total_gib=None, available_gib=None, swap_gib=None, reset=False):
+    """`labctl.py memory` arguments -> (total, available, swap) in KiB, defaults filled in.
+
+    Defaults: a Spark's MemTotal (121.7 GiB), 117 GiB available, no swap. With only --total-gib given, the
+    available memory keeps a Spark's share of the total (about 96 %).
+    """
+    given = [v for v in (total_gib, available_gib, swap_gib) if v is not None]
+    if reset and given:
+        raise LabError("--reset writes the defaults; give it alone (not with --total-gib/--available-gib/--swap-gib)")
+    total = parse_gib(total_gib, "--total-gib") if total_gib is not None else SPARK_MEMTOTAL_KIB
+    if available_gib is not None:
+        available = parse_gib(available_gib, "--available-gib")
+    elif total_gib is not None:
+        available = total * SPARK_MEMAVAILABLE_KIB // SPARK_MEMTOTAL_KIB or 1
+    else:
+        available = SPARK_MEMAVAILABLE_KIB
+    swap = parse_gib(swap_gib, "--swap-gib", allow_zero=True) if swap_gib is not None else SPARK_SWAP_KIB
+    if available > total:
+        raise LabError("available memory (%d kB) cannot exceed the total (%d kB)" % (available, total))
+    return total, available, swap
+
+
+def render_meminfo(total_kib, available_kib, swap_kib):
+    """A /proc/meminfo with these figures, in the kernel's format: `Name:` padded to 16 columns, the number
+    right-aligned in 8 (wider numbers push on), ` kB`. Free, buffers and cache add up to the available memory.
+    """
+    for name, value in (("total", total_kib), ("available", available_kib), ("swap", swap_kib)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise LabError("meminfo %s must be a whole number of KiB >= 0, got %r" % (name, value))
+    if available_kib > total_kib:
+        raise LabError("meminfo available (%d) exceeds total (%d)" % (available_kib, total_kib))
+    buffers = available_kib // 256
+    cached = available_kib // 16
+    free = available_kib - buffers - cached
+    rows = (("MemTotal", total_kib), ("MemFree", free), ("MemAvailable", available_kib), ("Buffers", buffers),
+            ("Cached", cached), ("SwapCached", 0), ("Active", total_kib - free - buffers - cached // 2),
+            ("Inactive", cached // 2), ("SwapTotal", swap_kib), ("SwapFree", swap_kib), ("Dirty", 0),
+            ("Writeback", 0))
+    return "".join("%-16s%8d kB\n" % (name + ":", value) for name, value in rows)

@@ -10,9 +10,10 @@ import threading
 import time
 
 from .constants import (
-    BRIDGES, CAPABILITIES, CONTAINER_PREFIX, FABRIC, HOST_MTU, LABEL, MGMT_NETWORK, NODE_START_MTU, LabError,
+    BRIDGES, CAPABILITIES, CONTAINER_PREFIX, FABRIC, HOST_MTU, LABEL, MEMINFO_PATH, MGMT_GATEWAY, MGMT_NETWORK,
+    NODE_START_MTU, LabError,
 )
-from .logic import container_name, host_veth, mgmt_ip, node_faults, tbf_args
+from .logic import container_name, host_veth, memory_kib, mgmt_ip, node_faults, render_meminfo, tbf_args
 from .host import docker, ip_cmd, link_exists, out, run
 from .ssh import node_seed_tar, ssh_dir
 
@@ -132,6 +133,75 @@ def remove_node(node):
     for kind, _netdev, _rail in FABRIC:
         if link_exists(host_veth(node, kind)):
             ip_cmd("link", "del", host_veth(node, kind), check=False)
+
+
+def write_meminfo(node, total_kib, available_kib, swap_kib):
+    """Write the node's stand-in meminfo (atomically: a preflight check may be reading it)."""
+    docker("exec", "-i", container_name(node), "sh", "-c",
+           "mkdir -p %s && cat > %s.tmp && mv %s.tmp %s" % (os.path.dirname(MEMINFO_PATH), MEMINFO_PATH,
+                                                         MEMINFO_PATH, MEMINFO_PATH),
+           input_data=render_meminfo(total_kib, available_kib, swap_kib).encode())
+
+
+def ensure_meminfo(node):
+    """The default stand-in meminfo where the node has none (never overwrites one). True if written."""
+    if docker("exec", container_name(node), "test", "-e", MEMINFO_PATH, check=False).returncode == 0:
+        return False
+    write_meminfo(node, *memory_kib())
+    return True
+
+
+def mgmt_connected(info):
+    """True if the container (docker inspect) is attached to the management network."""
+    return bool(((info or {}).get("NetworkSettings") or {}).get("Networks", {}).get(MGMT_NETWORK))
+
+
+def mgmt_links(node, index):
+    """(pid, [names of the node's interfaces carrying its management address]); (None, []) if it is not running."""
+    info = inspect_container(node)
+    if not info or not info["State"]["Running"]:
+        return None, []
+    pid = info["State"]["Pid"]
+    links = json.loads(in_node_netns(pid, "ip", "-j", "addr", "show").stdout or b"[]")
+    return pid, [link["ifname"] for link in links
+                 if any(a.get("local") == mgmt_ip(index) for a in link.get("addr_info", []))]
+
+
+def drop_stale_mgmt_links(node, index):
+    """Delete interfaces with the management address that Docker no longer tracks (call when disconnected).
+
+    Docker removes an endpoint's interface by the name it gave it: one `connect_mgmt` renamed stays behind,
+    still wired to the network, and would block the next connect. Deleting a veth end deletes its peer.
+    """
+    pid, names = mgmt_links(node, index)
+    for name in names:
+        in_node_netns(pid, "ip", "link", "del", name, check=False)
+    return names
+
+
+def cut_mgmt(node, index):
+    docker("network", "disconnect", MGMT_NETWORK, container_name(node))
+    drop_stale_mgmt_links(node, index)
+
+
+def connect_mgmt(node, index):
+    """Reattach the node to the management network at its fixed address (inventory, known_hosts stay valid).
+
+    Docker names the new interface eth1 in a running node (its counter does not go back); rename it eth0,
+    the name a fresh node has and its netplan (networkd) manages, and put the default route back.
+    """
+    drop_stale_mgmt_links(node, index)
+    docker("network", "connect", "--ip", mgmt_ip(index), "--alias", node, MGMT_NETWORK, container_name(node))
+    pid, names = mgmt_links(node, index)
+    if pid is None or not names or names[0] == "eth0":
+        return  # a stopped node gets eth0 at its next start
+    if in_node_netns(pid, "ip", "link", "show", "eth0", check=False).returncode == 0:
+        return
+    in_node_netns(pid, "ip", "link", "set", names[0], "down")
+    in_node_netns(pid, "ip", "link", "set", names[0], "name", "eth0")
+    in_node_netns(pid, "ip", "link", "set", "eth0", "up")
+    # networkd (the node's mgmt netplan) adds the same route once it sees eth0: same proto, no duplicate.
+    in_node_netns(pid, "ip", "route", "replace", "default", "via", MGMT_GATEWAY, "dev", "eth0", "proto", "static")
 
 
 def lab_containers():

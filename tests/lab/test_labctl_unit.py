@@ -3,6 +3,7 @@
 import importlib.util
 import io
 import os
+import re
 import sys
 import tempfile
 
@@ -196,6 +197,143 @@ def test_render_ssh_config_and_known_hosts():
 def test_node_faults_defaults():
     state = labctl.default_state(4)
     assert labctl.node_faults(state, "spark-beta") == {"rail1": "up", "rail2": "up", "detached": False}
+
+
+# ----------------------------------------------------------------------------- memory and mgmt knobs
+
+GIB = 1024 * 1024  # KiB
+
+
+def parse_meminfo(text):
+    """{name: kB} from meminfo text, asserting every line has the kernel's shape (a `N kB` line)."""
+    values = {}
+    for line in text.splitlines():
+        name, sep, rest = line.partition(":")
+        number, _sp, unit = rest.strip().partition(" ")
+        assert sep and number.isdigit() and unit == "kB", line
+        values[name] = int(number)
+    return values
+
+
+def assert_kernel_alignment(text):
+    """fs/proc/meminfo.c: `Name:` padded to 16 columns, the number right-aligned in 8 (wider ones push on), ` kB`."""
+    for line in text.splitlines():
+        name, _sep, rest = line.partition(":")
+        number = rest.split()[0]
+        assert line == "%s%s kB" % ((name + ":").ljust(16), number.rjust(8)), repr(line)
+
+
+def test_render_meminfo_defaults_are_a_sparks():
+    text = labctl.render_meminfo(*labctl.memory_kib())
+    assert text.endswith(" kB\n") and text.splitlines()[0] == "MemTotal:       127614976 kB"
+    values = parse_meminfo(text)
+    assert list(values)[:3] == ["MemTotal", "MemFree", "MemAvailable"]
+    assert {"MemTotal", "MemFree", "MemAvailable", "Buffers", "Cached", "SwapTotal", "SwapFree"} <= set(values)
+    assert values["MemTotal"] == 127614976 and round(values["MemTotal"] / GIB, 1) == 121.7
+    assert values["MemAvailable"] == 117 * GIB
+    assert values["SwapTotal"] == values["SwapFree"] == 0
+    assert_kernel_alignment(text)
+
+
+@pytest.mark.parametrize("total, available, swap", [
+    (127614976, 117 * GIB, 16 * GIB), (64 * GIB, 10 * GIB, 0), (1, 1, 0), (127614976, 1, 0),
+    (10 ** 12, 10 ** 12, 10 ** 9), (24684096, 22314376, 0)])
+def test_render_meminfo_round_trip(total, available, swap):
+    text = labctl.render_meminfo(total, available, swap)
+    values = parse_meminfo(text)
+    assert (values["MemTotal"], values["MemAvailable"], values["SwapTotal"], values["SwapFree"]) == (
+        total, available, swap, swap)
+    assert values["MemFree"] + values["Buffers"] + values["Cached"] == available
+    assert all(v >= 0 for v in values.values()) and values["MemFree"] <= values["MemAvailable"] <= values["MemTotal"]
+    assert_kernel_alignment(text)
+
+
+def test_render_meminfo_lines_are_the_real_files():
+    """Lines copied from a real /proc/meminfo (and this machine's own, where there is one) come out byte for byte."""
+    text = labctl.render_meminfo(24684096, 22314376, 0)
+    lines = text.splitlines()
+    assert "MemTotal:       24684096 kB" in lines and "MemAvailable:   22314376 kB" in lines
+    assert "SwapTotal:             0 kB" in lines and "SwapCached:            0 kB" in lines
+    try:
+        with open("/proc/meminfo") as handle:
+            real = handle.read()
+    except OSError:
+        return
+    real_lines = {line.split(":")[0]: line for line in real.splitlines()}
+    values = parse_meminfo("\n".join(real_lines[k] for k in ("MemTotal", "MemAvailable", "SwapTotal")))
+    mine = {line.split(":")[0]: line for line in labctl.render_meminfo(
+        values["MemTotal"], values["MemAvailable"], values["SwapTotal"]).splitlines()}
+    for name in ("MemTotal", "MemAvailable", "SwapTotal"):
+        assert mine[name] == real_lines[name]
+
+
+@pytest.mark.parametrize("args", [(10, 11, 0), (-1, 0, 0), (10, 5, -1), (10.0, 5, 0), (True, 1, 0), (10, "5", 0)])
+def test_render_meminfo_rejects(args):
+    with pytest.raises(labctl.LabError):
+        labctl.render_meminfo(*args)
+
+
+@pytest.mark.parametrize("kwargs, expected", [
+    ({}, (127614976, 117 * GIB, 0)),
+    ({"reset": True}, (127614976, 117 * GIB, 0)),
+    ({"swap_gib": "16"}, (127614976, 117 * GIB, 16 * GIB)),
+    ({"available_gib": "60.5"}, (127614976, int(60.5 * GIB), 0)),
+    ({"total_gib": "128", "available_gib": "128", "swap_gib": "0"}, (128 * GIB, 128 * GIB, 0)),
+    ({"total_gib": 121.7}, (int(round(121.7 * GIB)), int(round(121.7 * GIB)) * 117 * GIB // 127614976, 0)),
+])
+def test_memory_kib(kwargs, expected):
+    assert labctl.memory_kib(**kwargs) == expected
+
+
+def test_memory_kib_total_alone_keeps_a_sparks_share_available():
+    total, available, swap = labctl.memory_kib(total_gib="64")
+    assert total == 64 * GIB and 0.95 < available / total < 0.97 and swap == 0
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"reset": True, "swap_gib": "16"}, "--reset writes the defaults"),
+    ({"available_gib": "200"}, "cannot exceed the total"),
+    ({"total_gib": "64", "available_gib": "65"}, "cannot exceed the total"),
+    ({"total_gib": "0"}, "--total-gib must be a number of GiB above 0"),
+    ({"total_gib": "-8"}, "--total-gib must be a number"),
+    ({"available_gib": "0"}, "--available-gib must be a number of GiB above 0"),
+    ({"available_gib": "lots"}, "--available-gib must be a number"),
+    ({"total_gib": "nan"}, "--total-gib must be a number"),
+    ({"total_gib": "inf"}, "--total-gib must be a number"),
+    ({"swap_gib": "-1"}, "--swap-gib must be a number of GiB of 0 or more"),
+    ({"total_gib": "1e-9"}, "--total-gib must be at least 1 KiB"),
+])
+def test_memory_kib_rejects(kwargs, message):
+    with pytest.raises(labctl.LabError, match=re.escape(message)):
+        labctl.memory_kib(**kwargs)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["memory", "spark-delta", "--reset", "--total-gib", "64"], "--reset writes the defaults"),
+    (["memory", "spark-delta", "--available-gib", "130"], "cannot exceed the total"),
+    (["memory", "spark-delta", "--swap-gib", "x"], "--swap-gib must be a number"),
+])
+def test_memory_command_validates_before_touching_the_lab(argv, message, monkeypatch, capsys):
+    monkeypatch.setattr(labctl.cli.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(labctl.commands, "require_state", lambda node: pytest.fail("touched the lab"))
+    assert labctl.main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("labctl: error: ") and message in err
+
+
+@pytest.mark.parametrize("argv", [["mgmt", "spark-delta", "down"], ["mgmt", "spark-delta"],
+                                  ["memory", "spark-delta", "--total", "--reset"]])
+def test_knob_arguments_rejected_by_the_parser(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        labctl.main(argv)
+    assert exc.value.code == 2 and "usage:" in capsys.readouterr().err
+
+
+def test_mgmt_connected_reads_docker_inspect():
+    assert labctl.nodes.mgmt_connected({"NetworkSettings": {"Networks": {labctl.MGMT_NETWORK: {"IPAddress": "x"}}}})
+    assert not labctl.nodes.mgmt_connected({"NetworkSettings": {"Networks": {}}})
+    assert not labctl.nodes.mgmt_connected({"NetworkSettings": {"Networks": {"bridge": {}}}})
+    assert not labctl.nodes.mgmt_connected(None)
 
 
 # ----------------------------------------------------------------------------- stand-ins
