@@ -88,8 +88,9 @@ def _memory(report, host, memory, plan, expect, serving_running):
         return
     need = (plan.get('memory') or {}).get('budget_gib')
     if need and available < need and not serving_running:
-        consumers = ', '.join('%s (pid %d%s, %.1f GiB)' % (p['name'], p['pid'], ', container ' + p['container'] if p.get('container') else '',
-                                                            _gib(p['rss_kib'])) for p in memory.get('top', [])[:3])
+        consumers = ', '.join('%s (pid %d%s, %.1f GiB)' % (
+            p['name'], p['pid'], ', container ' + p['container'] if p.get('container') else '', _gib(p['rss_kib']))
+            for p in memory.get('top', [])[:3])
         report.problem(host, 'memory', 'MemAvailable %.1f GiB' % available,
                        'at least %.1f GiB free for vLLM (%.2f x %.1f GiB, the planned weights, KV cache and overhead)' % (
                            need, plan.get('gpu_memory_utilization', 0), (plan.get('memory') or {}).get('node_memory_gib', 0)),
@@ -135,8 +136,8 @@ def _image(report, hosts, nodes, expect, head):
         elif expect['distribute_image']:
             report.ok(host, 'image', 'to be distributed')
         else:
-            report.problem(host, 'image', 'image %s %s' % (expect['image'], 'with ID %s' % image.get('image_id', '')[:19]
-                                                             if image.get('present') else 'missing'),
+            found = 'with ID %s' % image.get('image_id', '')[:19] if image.get('present') else 'missing'
+            report.problem(host, 'image', 'image %s %s' % (expect['image'], found),
                            'the head\'s image %s' % source.get('image_id', '')[:19],
                            'load the head\'s image on %s, or turn the distribution on (dgxspark_distribute_image: true)' % host)
 
@@ -270,7 +271,8 @@ def _clock(report, hosts, nodes, expect):
     for host, offset in sorted(offsets.items()):
         skew = offset - reference
         if abs(skew) > expect['max_clock_skew_s']:
-            report.problem(host, 'clock', 'clock %+.1f s from the other nodes' % skew, 'within %.0f s (Ray and NCCL time out on skewed clocks)' % expect['max_clock_skew_s'],
+            report.problem(host, 'clock', 'clock %+.1f s from the other nodes' % skew,
+                           'within %.0f s (Ray and NCCL time out on skewed clocks)' % expect['max_clock_skew_s'],
                            'enable time synchronisation (timedatectl set-ntp true; chrony) on every node')
         else:
             report.ok(host, 'clock', '%+.1f s' % skew)

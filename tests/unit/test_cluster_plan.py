@@ -9,7 +9,6 @@ import os
 import re
 
 import pytest
-import yaml
 
 from ansible_collections.dgxspark.cluster.plugins.action.cluster_plan import load_profiles
 from ansible_collections.dgxspark.cluster.plugins.module_utils import cluster_plan as cp

@@ -72,7 +72,7 @@ def run_playbook_plan_only(playbook, inventory):
     ('deploy-397b.yml', 'inventories/4node', ['qwen3_5_397b_a17b_fp8', 'TP 4 x PP 1 = 4 GPUs on 4 nodes', 'Budget per node: 0.85 x']),
     ('deploy-001-3node.yml', 'inventories/3node', ['qwen3_5_397b_a17b_int4_autoround', 'TP 1 x PP 3 = 3 GPUs on 3 nodes']),
     ('deploy-003-vl235b.yml', 'inventories/2node', ['qwen3_vl_235b_a22b_awq', 'TP 2 x PP 1 = 2 GPUs on 2 nodes', 'Budget per node: 0.75 x',
-                                                   'Patch applied at container start: cudnn_off_sitecustomize.py (sitecustomize']),
+                                                    'Patch applied at container start: cudnn_off_sitecustomize.py (sitecustomize']),
     ('deploy-004-397b-int4.yml', 'inventories/4node', ['qwen3_5_397b_a17b_int4_autoround', 'TP 4 x PP 1 = 4 GPUs on 4 nodes',
                                                        'Budget per node: 0.78 x',
                                                        'Patch applied at container start: qwen3_5_marlin_tp_in_proj_ba.py (python']),

@@ -65,5 +65,5 @@ def test_parse_os_release(text, expected):
 
 
 def test_parse_docker_ps():
-    assert pf.parse_docker_ps('%s dgxspark-ray\n%s old-sglang\n' % ('a' * 64, 'b' * 64)) == {'a' * 64: 'dgxspark-ray',
-                                                                                            'b' * 64: 'old-sglang'}
+    listing = '%s dgxspark-ray\n%s old-sglang\n' % ('a' * 64, 'b' * 64)
+    assert pf.parse_docker_ps(listing) == {'a' * 64: 'dgxspark-ray', 'b' * 64: 'old-sglang'}

@@ -82,11 +82,11 @@ def test_plan_profile_validation_lists_patch_problems_with_the_others(base):
 
 
 def minimal_profile(**over):
-    value = {field: sample for field, sample in (
+    value = dict((
         ('hf_repo', 'org/model'), ('total_params_b', 10), ('active_params_b', 1), ('weight_size_gb', 5), ('is_moe', False),
         ('num_attention_heads', 8), ('num_key_value_heads', 2), ('head_dim', 64), ('num_hidden_layers', 4),
         ('kv_cache_layers', 4), ('max_position_embeddings', 4096), ('default_max_model_len', 2048),
-        ('default_kv_cache_dtype', 'auto'), ('kv_cache_auto_dtype_bytes', 2), ('sources', {'hf_repo': 'here'}))}
+        ('default_kv_cache_dtype', 'auto'), ('kv_cache_auto_dtype_bytes', 2), ('sources', {'hf_repo': 'here'})))
     value.update(over)
     return {k: v for k, v in value.items() if v is not None}
 
