@@ -87,6 +87,9 @@ bench-distribute: setup
 bench-preflight: setup
 	bench/preflight
 
+bench-faults: setup
+	bench/faults
+
 # Benchmark a deployed endpoint (playbooks/benchmark.yml): make bench-serving INVENTORY=inventories/4node BENCH_ARGS='-e ...'
 bench-serving: setup
 	$(BIN)/ansible-playbook playbooks/benchmark.yml -i $(INVENTORY) $(BENCH_ARGS)

@@ -112,13 +112,21 @@ def _lines_text(lines):
     return ''.join('\n  | %s' % line for line in lines)
 
 
-def _container_problems(kind, host, container, probe, problems, crash_lines):
-    """Problems of one container (not running, restarted); crash_lines: how many error lines to quote."""
+def _container_problems(kind, host, container, probe, problems, crash_lines, healthy=None, notes=None):
+    """Problems of one container (not running, restarted); crash_lines: how many error lines to quote. healthy: whether
+    what it serves works now (Ray: the node is alive in Ray; vLLM: /health 200), None when unknown. A container Docker
+    restarted that works again healed by itself: a note, not a problem."""
     name = _name(container, 'the %s container' % kind)
     restarts = int(container.get('restart_count') or 0)
     code = container.get('exit_code')
     logs = (probe or {}).get('logs') or []
     oom = ', killed for lack of memory (OOMKilled): lower gpu_memory_utilization or max_model_len' if container.get('oom_killed') else ''
+    if restarts > 0 and container.get('running') and healthy:
+        if notes is not None:
+            notes.append('The %s container %s on %s was restarted %d time%s by Docker and works again (it healed by itself); '
+                         '`docker logs %s` on %s says why it exited.' % (kind, name, host, restarts, '' if restarts == 1 else 's',
+                                                                         name, host))
+        return
     crash_loop = container.get('restarting') or (restarts > 0 and code not in (None, 0))
     if crash_loop or (kind == 'vLLM' and restarts > 0):
         lines = error_lines(logs, limit=crash_lines)
@@ -141,7 +149,7 @@ def _container_problems(kind, host, container, probe, problems, crash_lines):
             '`docker logs %s` on %s for the reason.' % (kind, name, host, restarts, '' if restarts == 1 else 's', name, host))
 
 
-def _vllm_cells_and_problems(vllm, head, served_model_name, problems):
+def _vllm_cells_and_problems(vllm, head, served_model_name, problems, notes=None):
     """(health cell, model cell, summary line) for the head's row; appends the vLLM problems."""
     container = _container_of(vllm)
     if container is None:
@@ -152,8 +160,8 @@ def _vllm_cells_and_problems(vllm, head, served_model_name, problems):
     if not container.get('exists'):
         problems.append('The vLLM container does not exist on the head (%s): start serving with the serving role.' % head)
         return 'no container', '-', 'vLLM: no container on %s' % head
-    _container_problems('vLLM', head, container, vllm, problems, 10)
     health = vllm.get('health') or {}
+    _container_problems('vLLM', head, container, vllm, problems, 10, healthy=health.get('status') == 200, notes=notes)
     url = vllm.get('url') or ((vllm.get('invocation') or {}).get('module_args') or {}).get('url')
     status = health.get('status')
     if vllm.get('health') is None:
@@ -255,10 +263,11 @@ def build_serving_status(plan, probes, vllm=None, membership=None, unreachable=N
 
     vllm_health, vllm_model, vllm_line = '-', '-', None
     vllm_problems = []
+    notes = []
     if head in unreachable:
         vllm_line = 'vLLM: unknown (%s unreachable)' % head
     else:
-        vllm_health, vllm_model, vllm_line = _vllm_cells_and_problems(vllm, head, served_model_name, vllm_problems)
+        vllm_health, vllm_model, vllm_line = _vllm_cells_and_problems(vllm, head, served_model_name, vllm_problems, notes)
 
     rows = []
     for node in nodes:
@@ -275,7 +284,8 @@ def build_serving_status(plan, probes, vllm=None, membership=None, unreachable=N
             elif not container.get('exists'):
                 problems.append('The Ray container does not exist on %s: start the cluster with the serving role.' % host)
             else:
-                _container_problems('Ray', host, container, probes.get(host), problems, 10)
+                _container_problems('Ray', host, container, probes.get(host), problems, 10,
+                                    healthy=None if membership is None else ray_state.get(host, '').startswith('alive'), notes=notes)
         row = {
             'host': host, 'rank': node['rank'], 'role': node['role'], 'ray_container': cell,
             'ray': ray_state.get(host, '?' if membership is None else 'missing'),
@@ -300,4 +310,4 @@ def build_serving_status(plan, probes, vllm=None, membership=None, unreachable=N
     if vllm_line:
         uptime = _uptime(_container_of(vllm), current) if vllm is not None and head not in unreachable else '-'
         table.append(vllm_line + ('; up %s' % uptime if uptime != '-' else ''))
-    return {'ok': not problems, 'table': table, 'problems': problems, 'rows': rows}
+    return {'ok': not problems, 'table': table, 'problems': problems, 'rows': rows, 'notes': notes}

@@ -101,10 +101,10 @@ def _change(case):
      {'spark-delta': ('exited (exit 137)', 'dead', '-')},
      ['The Ray container dgxspark-ray on spark-delta is not running (status exited, exit code 137, killed for lack of memory (OOMKilled)',
       'Its last error lines:\n  | Killed', 'spark-delta (rank 3, 192.168.100.13) left the Ray cluster']),
-    # Restarted by Docker since it was created, running again.
-    (lambda i: i['probes'].update({'spark-beta': ray_probe(restart_count=2)}),
-     {'spark-beta': ('running, 2 restarts', 'alive, 1 GPU', '2h03m')},
-     ['The Ray container dgxspark-ray on spark-beta was restarted 2 times by Docker since it was created']),
+    # Restarted by Docker since it was created, running again but not back in Ray: a problem.
+    (lambda i: (i['probes'].update({'spark-delta': ray_probe(restart_count=2)}), i.update(membership=membership('delta_dead.json'))),
+     {'spark-delta': ('running, 2 restarts', 'dead', '2h03m')},
+     ['The Ray container dgxspark-ray on spark-delta was restarted 2 times by Docker since it was created']),
     # Missing container, node not probed, unreachable node.
     (lambda i: i['probes'].update({'spark-gamma': {'container': missing_container(), 'logs': []}}),
      {'spark-gamma': ('missing', 'alive, 1 GPU', '-')},
@@ -267,3 +267,17 @@ def test_filter():
     assert status['ok'] is True
     with pytest.raises(AnsibleFilterError, match='^serving_status: '):
         status_filter(copy.deepcopy(inputs['plan']), ['x'])
+
+
+@pytest.mark.parametrize('change, note', [
+    (lambda i: i['probes'].update({'spark-beta': ray_probe(restart_count=2)}),
+     'The Ray container dgxspark-ray on spark-beta was restarted 2 times by Docker and works again (it healed by itself)'),
+    (lambda i: i['vllm'].update(container=container('dgxspark-vllm', restart_count=1)),
+     'The vLLM container dgxspark-vllm on spark-alpha was restarted 1 time by Docker and works again'),
+])
+def test_a_container_that_healed_by_itself_is_healthy_with_a_note(change, note):
+    inputs = healthy()
+    change(inputs)
+    status = build_serving_status(**inputs)
+    assert status['ok'] and status['problems'] == []
+    assert [n for n in status['notes'] if note in n]
