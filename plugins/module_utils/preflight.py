@@ -13,6 +13,8 @@ contacts a host: tests/unit/test_preflight.py drives it with recorded readings.
 """
 from __future__ import annotations
 
+from ansible_collections.dgxspark.cluster.plugins.module_utils.profile_schema import version_problems
+
 CHECKS = ('ssh', 'gpu', 'memory', 'docker', 'image', 'model', 'fabric', 'ports', 'clock', 'os')
 GIB_KIB = 1024 * 1024
 EXPECT_DEFAULTS = {
@@ -113,15 +115,25 @@ def _docker(report, host, docker, expect):
     return True
 
 
-def _image_versions(report, host, image, expect):
+def _image_versions(report, host, image, expect, plan):
+    refusals = []
+    if not image.get('errors') and plan.get('patches'):
+        try:
+            refusals = version_problems(plan.get('model_profile'), plan['patches'], image.get('vllm_version'))
+        except ValueError as exc:
+            refusals = [str(exc)]
     if image.get('errors'):
         report.problem(host, 'image', '; '.join(image['errors']), '`ray --version` and `vllm --version` to answer in %s' % expect['image'],
                        'use a serving image with Ray and vLLM (dgxspark_serving_image)')
+    elif refusals:
+        report.problem(host, 'image', 'vLLM %s' % image.get('vllm_version'), 'the vLLM the profile\'s patches were written for (%s)' % (
+            '; '.join(refusals)), 'use an image whose vLLM the patches cover (dgxspark_serving_image), or a profile whose patches '
+                                  'cover this vLLM (docs/profiles.md)')
     else:
         report.ok(host, 'image', 'vLLM %s Ray %s' % (image.get('vllm_version'), image.get('ray_version')))
 
 
-def _image(report, hosts, nodes, expect, head):
+def _image(report, hosts, nodes, expect, head, plan):
     """The head is the source: a worker without its image ID is to be distributed, or a problem when distribution is off."""
     source = nodes[head].get('image') or {}
     for host in hosts:
@@ -130,7 +142,7 @@ def _image(report, hosts, nodes, expect, head):
             report.problem(host, 'image', 'no image %s' % expect['image'], 'the serving image on the head (the source of the distribution)',
                            'docker load (or pull) it on %s, or set dgxspark_serving_image to an image it has' % head)
         elif image.get('present') and (host == head or image.get('image_id') == source.get('image_id') or not source.get('present')):
-            _image_versions(report, host, image, expect)
+            _image_versions(report, host, image, expect, plan)
         elif not source.get('present'):
             report.ok(host, 'image', 'missing (so is the source)')
         elif expect['distribute_image']:
@@ -252,7 +264,7 @@ def evaluate(plan, expect, nodes):
                     counts[0], ', '.join(h for h, d in sorted(known.items()) if d == counts[0])),
                     'install the same driver on every node (seed 004 hung at layer 57 with 580.95.05 next to 580.142), then reboot')
     if head in readable:
-        _image(report, readable, nodes, expect, head)
+        _image(report, readable, nodes, expect, head, plan)
         _model(report, readable, nodes, expect, head)
     _clock(report, readable, nodes, expect)
     for check, label in (('os', 'OS'), ('kernel', 'kernel')):

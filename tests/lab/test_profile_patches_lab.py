@@ -129,7 +129,10 @@ def test_a_patch_for_another_vllm_is_refused_before_anything_changes(lab, deploy
     assert rc != 0
     assert ("profile lab_patched_for_0_34: patch patches/lab_marker.py applies to vLLM >=0.34, but the image has vLLM 0.33.0; "
             "refusing to start it") in out, out[-4000:]
-    assert "No file or container was changed on any node" in out
+    # Preflight refuses it first; the ray role refuses it too when its phase runs alone (--tags ray).
+    assert "Preflight found 4 problems; the deploy stops before any host is changed" in out
+    rc, out = run_playbook(lab, "deploy.yml", "--tags", "ray", *deploy_args(profiles_dir, "lab_patched_for_0_34"))
+    assert rc != 0 and "No file or container was changed on any node" in out, out[-4000:]
     assert node_state(lab) == before
 
 

@@ -178,3 +178,14 @@ def test_evaluate_does_not_change_its_inputs():
     before = copy.deepcopy(readings)
     evaluate(readings)
     assert readings == before
+
+
+def test_an_image_outside_the_profile_patches_vllm_range_is_refused_on_every_node():
+    plan = dict(PLAN, model_profile='m', patches=[{'file': 'patches/p.py', 'vllm': '>=0.34', 'kind': 'python'}])
+    report = preflight.evaluate(plan, EXPECT, nodes())
+    assert len(report['problems']) == 4
+    assert report['problems'][0].startswith(
+        'spark-alpha: image: found vLLM 0.33.0; expected the vLLM the profile\'s patches were written for (profile m: patch '
+        'patches/p.py applies to vLLM >=0.34, but the image has vLLM 0.33.0; refusing to start it)')
+    plan['patches'][0]['vllm'] = '>=0.33,<0.34'
+    assert preflight.evaluate(plan, EXPECT, nodes())['ok']
