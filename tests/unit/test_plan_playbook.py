@@ -114,3 +114,32 @@ def test_plan_names_the_host_of_a_misspelled_host_variable(tmp_path):
     assert result.returncode != 0, output
     assert ('dgxspark_rail_adresses is not a variable of dgxspark.cluster (did you mean dgxspark_rail_addresses?): '
             'set on spark-gamma;') in output, output
+
+
+def user_profile(tmp_path, **changes):
+    """A user's profile directory: the seed 000 profile under another name, with changes (None removes a field)."""
+    import yaml  # pylint: disable=import-outside-toplevel
+    with open(os.path.join(ROOT, 'profiles', 'models', 'qwen3_5_397b_a17b_fp8.yml'), encoding='utf-8') as handle:
+        profile = yaml.safe_load(handle)
+    profile.update(changes)
+    profile = dict((k, v) for k, v in profile.items() if v is not None)
+    (tmp_path / 'my_model.yml').write_text(yaml.safe_dump(profile))
+    return str(tmp_path)
+
+
+def test_plan_playbook_takes_a_user_profile_directory(tmp_path):
+    directory = user_profile(tmp_path, hf_repo='example/my-model', description='a user profile')
+    result = run_plan('inventories/4node', '-e', '{"dgxspark_profiles_dir": "%s", "dgxspark_model_profile": "my_model"}' % directory)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert 'Cluster plan: my_model (example/my-model), 4 nodes' in result.stdout
+
+
+def test_a_bad_user_profile_lists_every_problem_at_once(tmp_path):
+    directory = user_profile(tmp_path, head_dim='128', num_hidden_layers=None, num_key_value_head=2)
+    result = run_plan('inventories/4node', '-e', '{"dgxspark_profiles_dir": "%s", "dgxspark_model_profile": "my_model"}' % directory)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    for text in ('model profile my_model: field num_hidden_layers is missing (an integer)',
+                 "model profile my_model: field head_dim must be an integer (got '128')",
+                 'model profile my_model: unknown field num_key_value_head (did you mean num_key_value_heads?)'):
+        assert text in output, (text, output)
