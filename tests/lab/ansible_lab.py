@@ -42,3 +42,18 @@ def recap(output):
         host, _, counts = line.partition(" : ")
         result[host.strip()] = dict((k, int(v)) for k, v in (item.split("=") for item in counts.split()))
     return result
+
+
+def four_serving_nodes(lab):
+    """The 4-node lab with the serving image and the lab model on every node (what a deploy test starts from)."""
+    if len(lab.nodes) != 4:
+        lab.labctl("up", "--nodes", "4")
+    lab.labctl("serving")
+    return lab
+
+
+def playbook_ok(lab, playbook, *extra, timeout=900):
+    """Run a playbook that must succeed; returns its output."""
+    rc, out = run_playbook(lab, playbook, *extra, timeout=timeout)
+    assert rc == 0, out[-6000:]
+    return out

@@ -21,7 +21,7 @@ import urllib.request
 
 import pytest
 
-from ansible_lab import run_playbook
+from ansible_lab import four_serving_nodes, playbook_ok, run_playbook
 
 pytestmark = pytest.mark.lab
 
@@ -85,15 +85,10 @@ def wait_recovered(lab, fault, started, vllm_before=None):
 
 @pytest.fixture(scope="module")
 def deployed(lab):
-    if len(lab.nodes) != 4:
-        lab.labctl("up", "--nodes", "4")
-    lab.labctl("serving")
-    rc, out = run_playbook(lab, "deploy-397b.yml")
-    assert rc == 0, out[-6000:]
+    playbook_ok(four_serving_nodes(lab), "deploy-397b.yml")
     yield lab
     lab.labctl("up", "--nodes", "4")  # heals a node left cut or stopped by a failed test
-    rc, stop_out = run_playbook(lab, "stop.yml")
-    assert rc == 0, stop_out[-3000:]
+    playbook_ok(lab, "stop.yml")
 
 
 def test_a_crashed_worker_container_heals_without_ansible(deployed):

@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from ansible_lab import run_playbook
+from ansible_lab import four_serving_nodes, playbook_ok, run_playbook
 
 pytestmark = pytest.mark.lab
 
@@ -31,11 +31,7 @@ def snapshot(lab, nodes=None):
 @pytest.fixture(scope="module")
 def stopped_lab(lab):
     """4 nodes with the serving image and the lab model, serving containers stopped (so that their memory is free)."""
-    if len(lab.nodes) != 4:
-        lab.labctl("up", "--nodes", "4")
-    lab.labctl("serving")
-    rc, out = run_playbook(lab, "stop.yml")
-    assert rc == 0, out[-3000:]
+    playbook_ok(four_serving_nodes(lab), "stop.yml")
     return lab
 
 

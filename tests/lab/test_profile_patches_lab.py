@@ -20,7 +20,7 @@ import time
 import pytest
 import yaml
 
-from ansible_lab import REPO, recap, run_playbook
+from ansible_lab import REPO, four_serving_nodes, playbook_ok, recap, run_playbook
 
 pytestmark = pytest.mark.lab
 
@@ -82,14 +82,9 @@ def profiles_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def deployed(lab, profiles_dir):
-    if len(lab.nodes) != 4:
-        lab.labctl("up", "--nodes", "4")
-    lab.labctl("serving")
-    rc, out = run_playbook(lab, "deploy.yml", *deploy_args(profiles_dir, "lab_patched"))
-    assert rc == 0, out[-6000:]
+    out = playbook_ok(four_serving_nodes(lab), "deploy.yml", *deploy_args(profiles_dir, "lab_patched"))
     yield out
-    rc, stop_out = run_playbook(lab, "stop.yml")
-    assert rc == 0, stop_out[-3000:]
+    playbook_ok(lab, "stop.yml")
 
 
 def test_every_serving_container_checked_and_applied_the_patches(lab, deployed):
