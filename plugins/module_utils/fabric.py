@@ -57,6 +57,8 @@ _PING_STATS = re.compile(
     r"(?:, \+(?P<dup>\d+) duplicates)?(?:, \+(?P<corrupt>\d+) corrupted)?(?:, \+(?P<errors>\d+) errors)?"
     r", (?P<loss>[\d.]+)% packet loss", re.MULTILINE)
 _PING_RTT = re.compile(r"^(?:rtt|round-trip) min/avg/max(?:/(?:mdev|stddev))? = [\d.]+/(?P<avg>[\d.]+)/", re.MULTILINE)
+# A reply line; counted when ping printed no statistics (it was stopped before its summary).
+_PING_REPLY = re.compile(r"^\d+ bytes from \S+: icmp_seq=(?P<seq>\d+)", re.MULTILINE)
 _PING_LOCAL_MTU = re.compile(r"local error: [Mm]essage too long, mtu[=:]\s*(?P<mtu>\d+)")
 _PING_FRAG_NEEDED = re.compile(r"Frag(?:mentation)? needed and DF set \(mtu = (?P<mtu>\d+)\)")
 _PING_UNREACHABLE = re.compile(r"Destination (?:Host|Net) Unreachable")
@@ -77,7 +79,8 @@ def parse_ping(text):
     errors), ``local_mtu`` (the MTU in "local error: message too long, mtu=N": the sending interface
     is too small), ``frag_needed_mtu`` (a router on the path answered "Frag needed"), ``unreachable``
     and ``error`` (the first "ping: ..." line, e.g. "connect: Network is unreachable").
-    A run that printed no statistics (ping could not even send) is reported as 0 sent, 0 received.
+    A run that printed no statistics is counted from its reply lines (sent: the highest icmp_seq), or as 0 sent, 0
+    received when there is none (ping could not even send).
     """
     if not isinstance(text, str):
         raise FabricParseError('ping output must be text, got %r' % type(text).__name__)
@@ -92,6 +95,12 @@ def parse_ping(text):
         result['received'] = int(stats.group('rx'))
         result['errors'] = int(stats.group('errors') or 0)
         result['loss_pct'] = float(stats.group('loss'))
+    else:
+        # No summary (ping stopped early): the replies it printed still came back.
+        seqs = [int(m.group('seq')) for m in _PING_REPLY.finditer(text)]
+        if seqs:
+            result['transmitted'], result['received'] = max(seqs), len(set(seqs))
+            result['loss_pct'] = 100.0 * (max(seqs) - len(set(seqs))) / max(seqs)
     rtt = _PING_RTT.search(text)
     if rtt:
         result['rtt_avg_ms'] = float(rtt.group('avg'))
@@ -104,8 +113,8 @@ def parse_ping(text):
     err = _PING_ERROR_LINE.search(text)
     if err:
         result['error'] = err.group('msg').strip()
-    if not stats and not err and text.strip():
-        raise FabricParseError('ping output has neither a statistics line nor a "ping:" error line; '
+    if not stats and not err and not result['received'] and text.strip():
+        raise FabricParseError('ping output has neither a statistics line, a reply nor a "ping:" error line; '
                                'is this iputils ping? Output begins: %r' % text.strip()[:200])
     return result
 
