@@ -1,8 +1,10 @@
 """The distribute relay's model stream, run as a process as on a node: a GNU tar stream on stdin, the files this node
 lacks written (hashed as they arrive, put in place only when size and sha256 match), the progress file, and the end of
-the chain; a truncated stream or a wrong file is a clear failure."""
+the chain; a truncated stream or a wrong file is a clear failure; a next node that does not answer yet is tried again."""
 
+import argparse
 import hashlib
+import importlib.util
 import json
 import os
 import subprocess
@@ -119,3 +121,54 @@ def test_the_progress_file_sums_the_lanes_and_is_done_only_when_every_lane_is(tm
     lane1.update(force=True, status='failed', error='the stream from 192.168.101.10 ended early')
     state = json.loads(open(path).read())
     assert state['status'] == 'failed' and '192.168.101.10' in state['error']
+
+
+def load_relay():
+    spec = importlib.util.spec_from_file_location('distribute_relay', RELAY)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# A stand-in for ssh: called as `ssh ... user@host 'remote command'`; refuses the first `fail` connections the way
+# OpenSSH does when the next node's rail is not up yet, then runs a relay that answers `ready` (or never answers).
+FAKE_SSH = '''
+attempts=$(($(cat "$COUNTER" 2>/dev/null || echo 0) + 1)); echo $attempts > "$COUNTER"; echo "$2" > "$COUNTER.command"
+if [ "$attempts" -le "$FAIL" ]; then echo "ssh: connect to host ${1#*@} port 22: No route to host" >&2; exit 255; fi
+if [ "$ANSWER" = silent ]; then exec sleep 30; fi
+echo ready; exec cat > /dev/null
+'''
+
+
+@pytest.mark.parametrize('kind, fail, answer, wait, attempts, error', [
+    ('image', 0, 'ready', 30, 1, ''),
+    ('image', 2, 'ready', 30, 3, ''),
+    ('model-recv', 3, 'ready', 30, 4, ''),
+    ('image', 1000, 'ready', 1, None, 'could not reach 192.168.100.12 for 1 s: ssh: connect to host 192.168.100.12 '
+                                      'port 22: No route to host'),
+    ('model-recv', 0, 'silent', 1, 1, 'could not reach 192.168.100.12 for 1 s: no answer'),
+], ids=['answers-at-once', 'image-rail-late', 'model-rail-late', 'never-reachable', 'connects-but-never-ready'])
+def test_a_node_keeps_trying_the_next_one_until_it_answers_or_the_wait_ends(tmp_path, monkeypatch, kind, fail, answer,
+                                                                           wait, attempts, error):
+    relay = load_relay()
+    counter = tmp_path / 'attempts'
+    monkeypatch.setenv('COUNTER', str(counter))
+    monkeypatch.setenv('FAIL', str(fail))
+    monkeypatch.setenv('ANSWER', answer)
+    monkeypatch.setattr(relay, 'ssh_command', lambda args: ['sh', '-c', FAKE_SSH, 'ssh'])
+    monkeypatch.setattr(relay, 'RETRY_INTERVAL', 0.05)
+    args = argparse.Namespace(
+        chain=['192.168.100.12', '192.168.100.13'], connect_wait=wait, user='root', ssh_key='/k', known_hosts='/h',
+        cipher='aes128-gcm@openssh.com', ssh_port=22)
+    proc, why = relay.connect_next(args, kind, ['--progress', '/run/p.json'])
+    assert why == error
+    if attempts is not None:
+        assert int(counter.read_text()) == attempts
+    if error:
+        assert proc is None
+        return
+    proc.stdin.close()
+    assert proc.wait() == 0
+    command = (tmp_path / 'attempts.command').read_text()
+    assert command.startswith('python3 %s %s --progress /run/p.json --connect-wait %d --chain 192.168.100.13 '
+                              % (os.path.abspath(RELAY), kind, wait))

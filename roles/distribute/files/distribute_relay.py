@@ -99,19 +99,18 @@ class Tee(object):
             pass
 
 
-def start_forward(args, lane, lanes, upstream_here):
-    """(the next node's relay for this lane, reading from a pipe, or None; why it could not be reached, or '').
+RETRY_INTERVAL = 2
 
-    The next node's rails may come up a little later than this one's (a node just restarted): connect again until it
-    answers `ready` or `connect_wait` seconds have passed, before any byte of the stream is sent."""
-    if not args.chain:
-        return None, ''
-    extra = ['--dir', args.dir, '--entries', args.entries, '--progress', args.progress, '--lane', str(lane),
-             '--lanes', str(lanes), '--total', str(args.total), '--upstream', upstream_here, '--here', args.chain[0],
-             '--connect-wait', str(args.connect_wait)]
+
+def connect_next(args, kind, extra):
+    """(the next node's relay, reading from a pipe, or None; why it could not be reached, or '').
+
+    The next node's rails may come up a little later than this one's (a node just restarted): connect again until its
+    relay answers `ready` or `connect_wait` seconds have passed, before any byte of the stream is sent."""
+    extra = extra + ['--connect-wait', str(args.connect_wait)]
     if args.chain[1:]:
         extra += ['--chain', ','.join(args.chain[1:])]
-    command = ssh_command(args) + ['%s@%s' % (args.user, args.chain[0]), remote_relay(args, 'model-recv', extra)]
+    command = ssh_command(args) + ['%s@%s' % (args.user, args.chain[0]), remote_relay(args, kind, extra)]
     deadline = time.time() + args.connect_wait
     while True:
         proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -123,7 +122,22 @@ def start_forward(args, lane, lanes, upstream_here):
         tail = proc.stderr.read().decode(errors='replace').strip().splitlines()[-1:]
         if time.time() >= deadline:
             return None, 'could not reach %s for %d s: %s' % (args.chain[0], args.connect_wait, ' '.join(tail) or 'no answer')
-        time.sleep(2)
+        time.sleep(RETRY_INTERVAL)
+
+
+def say_ready():
+    """Tell the node before this one that this relay runs (see connect_next)."""
+    sys.stdout.buffer.write(b'ready\n')
+    sys.stdout.buffer.flush()
+
+
+def start_forward(args, lane, lanes, upstream_here):
+    """The next node's model relay for this lane (see connect_next)."""
+    if not args.chain:
+        return None, ''
+    return connect_next(args, 'model-recv', [
+        '--dir', args.dir, '--entries', args.entries, '--progress', args.progress, '--lane', str(lane),
+        '--lanes', str(lanes), '--total', str(args.total), '--upstream', upstream_here, '--here', args.chain[0]])
 
 
 def finish_forward(tee, forward, chain):
@@ -213,8 +227,7 @@ def receive_model(args):
         wanted = dict((e['path'], e) for e in json.load(handle) if 'sha256' in e)
     progress = LaneProgress(args.progress, args.lane, args.lanes)
     progress.update(force=True, bytes=0, total=args.total, status='running')
-    sys.stdout.buffer.write(b'ready\n')
-    sys.stdout.buffer.flush()
+    say_ready()
     forward, unreachable = start_forward(args, args.lane, args.lanes, args.here)
     tee = Tee(sys.stdin.buffer, forward, lambda n: progress.update(bytes=min(n, args.total), total=args.total, status='running'))
     problems, seen, broken = [], 0, False
@@ -263,17 +276,22 @@ def relay_image(args):
         save, stream = None, sys.stdin.buffer
         load = subprocess.Popen(['docker', 'load', '--quiet'], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
         outputs.append(load)
-    forward = None
+    forward, unreachable = None, ''
+    write_progress(args.progress, bytes=0, total=args.total, status='running')
+    if not args.source:
+        say_ready()
     if args.chain:
-        extra = ['--progress', args.progress, '--total', str(args.total)]
-        if args.chain[1:]:
-            extra += ['--chain', ','.join(args.chain[1:])]
-        forward = subprocess.Popen(ssh_command(args) + ['%s@%s' % (args.user, args.chain[0]), remote_relay(args, 'image', extra)],
-                                   stdin=subprocess.PIPE,
-                                   stderr=subprocess.PIPE)
+        forward, unreachable = connect_next(args, 'image', ['--progress', args.progress, '--total', str(args.total)])
+        if forward is None:
+            for proc in outputs:
+                proc.kill()
+            if save is not None:
+                save.kill()
+            write_progress(args.progress, bytes=0, total=args.total, status='failed', error=unreachable)
+            sys.stderr.write(unreachable + '\n')
+            return 1
         outputs.append(forward)
     moved, last = 0, 0.0
-    write_progress(args.progress, bytes=0, total=args.total, status='running')
     broken = False
     while not broken:
         block = stream.read(CHUNK)
@@ -344,7 +362,7 @@ def main(argv=None):
     p.add_argument('--upstream', required=True, help='the address this node reads from (for messages)')
     p.add_argument('--here', required=True, help='this node\'s address on the lane\'s rail')
     p.add_argument('--chain', type=lambda v: [a for a in v.split(',') if a], default=[])
-    for kind in ('model-send', 'model-recv'):
+    for kind in ('model-send', 'model-recv', 'image'):
         sub.choices[kind].add_argument('--connect-wait', type=int, default=60,
                                        help='seconds to keep trying to reach the next node before the stream starts')
     p = sub.choices['image']
