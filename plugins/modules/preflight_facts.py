@@ -42,12 +42,7 @@ options:
 extends_documentation_fragment:
   - dgxspark.cluster.attributes
   - dgxspark.cluster.attributes.POSIX
-attributes:
-  check_mode:
-    support: full
-    details: Reads only; runs the same in check mode.
-  diff_mode:
-    support: none
+  - dgxspark.cluster.attributes.READ_ONLY
 """
 
 EXAMPLES = r"""
