@@ -49,8 +49,8 @@ from .constants import (
     SPARK_MEMAVAILABLE_KIB, SPARK_MEMTOTAL_KIB, SPARK_SWAP_KIB, STATE_DIR, STATIC_INVENTORY_DIR, SUITE, LabError,
 )
 from .logic import (
-    base_hash_parts, base_packages, container_name, content_hash, default_state, detect_mirror, host_veth,
-    is_serving_test_path, memory_kib, mgmt_ip, node_faults, node_hash_parts, node_index, node_names,
+    base_hash_parts, base_packages, container_name, content_hash, default_state, detect_mirror, fabric_mac,
+    host_veth, is_serving_test_path, memory_kib, mgmt_ip, node_faults, node_hash_parts, node_index, node_names,
     parse_apt_sources, parse_gib, parse_rail, parse_rate, rail_address, rate_to_bps, render_group_vars,
     render_hosts_yml, render_known_hosts, render_meminfo, render_ssh_config, serving_hash_parts, serving_model_hash,
     serving_tag, short_name, tbf_args, tree_entries,
@@ -69,7 +69,7 @@ __all__ = [
     "SERVING_MODEL_SHARDS", "SERVING_MODEL_SHARD_MIB", "SERVING_PACKAGES", "SERVING_REPO", "SPARK_MEMAVAILABLE_KIB",
     "SPARK_MEMTOTAL_KIB", "SPARK_SWAP_KIB", "STATE_DIR", "STATIC_INVENTORY_DIR", "SUITE", "LabError",
     "base_hash_parts", "base_packages", "container_name", "content_hash", "default_state", "detect_mirror",
-    "host_veth", "is_serving_test_path", "memory_kib", "mgmt_ip", "node_faults", "node_hash_parts", "node_index",
+    "fabric_mac", "host_veth", "is_serving_test_path", "memory_kib", "mgmt_ip", "node_faults", "node_hash_parts", "node_index",
     "node_names", "parse_apt_sources", "parse_gib", "parse_rail", "parse_rate", "rail_address", "rate_to_bps",
     "render_group_vars", "render_hosts_yml", "render_known_hosts", "render_meminfo", "render_ssh_config",
     "serving_hash_parts", "serving_model_hash", "serving_tag", "short_name", "tbf_args", "tree_entries",

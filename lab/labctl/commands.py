@@ -27,8 +27,8 @@ from .ssh import MGMT_NETPLAN_PATH, ensure_ssh_keys, mgmt_netplan_tar, ssh_dir, 
 from .network import ensure_bridges, ensure_iptables, ensure_mgmt_network, remove_iptables
 from .nodes import (
     apply_node_network, connect_mgmt, container_pid, create_node, cut_mgmt, ensure_meminfo, fabric_ok, in_node_netns,
-    inspect_container, lab_containers, mgmt_connected, node_keys_id, plumb_fabric, remove_node, system_state,
-    wait_nodes, wait_ssh, write_meminfo,
+    inspect_container, lab_containers, mgmt_connected, node_keys_id, pin_fabric_macs, plumb_fabric, remove_node,
+    system_state, wait_nodes, wait_ssh, write_meminfo,
 )
 
 
@@ -89,6 +89,7 @@ def cmd_up(args):
                 log("re-plumbing the fabric of %s" % node)
                 plumb_fabric(node, state)
             else:
+                pin_fabric_macs(node)
                 apply_node_network(node, state)
             if docker("exec", container_name(node), "test", "-e", "/" + MGMT_NETPLAN_PATH, check=False).returncode != 0:
                 docker("cp", "-", container_name(node) + ":/", input_data=mgmt_netplan_tar(index))

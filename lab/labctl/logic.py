@@ -11,7 +11,7 @@ import re
 
 from .constants import (
     BUILD_FORMAT, CONTAINER_PREFIX, DEFAULT_MIRROR, DEFAULT_NODES, MAX_NODES, MGMT_FIRST_OFFSET, MGMT_SUBNET,
-    MIN_NODES, NODE_DIR, NODE_NAMES, RAIL_ADDRESS_OFFSET, RAIL_SUBNETS, RATE_RE, SERVING_BUILD_FORMAT, SERVING_DIR,
+    FABRIC, MIN_NODES, NODE_DIR, NODE_NAMES, RAIL_ADDRESS_OFFSET, RAIL_SUBNETS, RATE_RE, SERVING_BUILD_FORMAT, SERVING_DIR,
     SERVING_MODEL_NAME, SERVING_MODEL_SHARDS, SERVING_MODEL_SHARD_MIB, SERVING_PACKAGES, SERVING_REPO,
     SPARK_MEMAVAILABLE_KIB, SPARK_MEMTOTAL_KIB, SPARK_SWAP_KIB, SUITE, LabError,
 )
@@ -55,6 +55,16 @@ def host_veth(node, kind):
     if len(name) > 15:
         raise LabError("interface name %s is longer than 15 characters" % name)
     return name
+
+
+def fabric_mac(node, kind):
+    """The node-side MAC of a fabric port: fixed per node and port, like a NIC's burned-in address, so a node
+    restart does not leave its peers' ARP caches pointing at a vanished veth."""
+    ports = [each[0] for each in FABRIC]
+    if kind not in ports:
+        raise LabError("unknown fabric port %r; ports are %s" % (kind, ", ".join(ports)))
+    # 02: locally administered, unicast; then "ds", the node's index and the port's.
+    return "02:64:73:%02x:%02x:01" % (node_index(node), ports.index(kind))
 
 
 def parse_rail(value):

@@ -13,7 +13,7 @@ from .constants import (
     BRIDGES, CAPABILITIES, CONTAINER_PREFIX, FABRIC, HOST_MTU, LABEL, MEMINFO_PATH, MGMT_GATEWAY, MGMT_NETWORK,
     NODE_START_MTU, LabError,
 )
-from .logic import container_name, host_veth, memory_kib, mgmt_ip, node_faults, render_meminfo, tbf_args
+from .logic import container_name, fabric_mac, host_veth, memory_kib, mgmt_ip, node_faults, render_meminfo, tbf_args
 from .host import docker, ip_cmd, link_exists, out, run
 from .ssh import node_seed_tar, ssh_dir
 
@@ -80,7 +80,7 @@ def plumb_fabric(node, state):
         in_node_netns(pid, "ip", "link", "del", netdev, check=False)
         ip_cmd("link", "add", host, "type", "veth", "peer", "name", netdev, "netns", str(pid))
         ip_cmd("link", "set", host, "mtu", str(HOST_MTU))
-        in_node_netns(pid, "ip", "link", "set", netdev, "mtu", str(NODE_START_MTU))
+        in_node_netns(pid, "ip", "link", "set", netdev, "mtu", str(NODE_START_MTU), "address", fabric_mac(node, kind))
         sysctl = "/proc/sys/net/ipv6/conf/%s/disable_ipv6" % host
         if os.path.exists(sysctl):
             with open(sysctl, "w") as handle:
@@ -92,6 +92,13 @@ def plumb_fabric(node, state):
             in_node_netns(pid, "ip", "link", "set", netdev, "up")
         # port-0 twins: no cable -> both ends stay down, host end attached to nothing.
     apply_node_network(node, state)
+
+
+def pin_fabric_macs(node):
+    """Give a running node's fabric ports their fixed MACs (a lab plumbed by an older labctl had random ones)."""
+    pid = container_pid(node)
+    for kind, netdev, _rail in FABRIC:
+        in_node_netns(pid, "ip", "link", "set", netdev, "address", fabric_mac(node, kind))
 
 
 def apply_node_network(node, state):

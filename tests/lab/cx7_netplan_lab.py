@@ -34,7 +34,7 @@ def rail_state(host, interface):
     import json  # pylint: disable=import-outside-toplevel
     link = json.loads(host.check_output("ip -j addr show dev %s" % interface))[0]
     inet = ["%s/%s" % (a["local"], a["prefixlen"]) for a in link.get("addr_info", []) if a["family"] == "inet"]
-    return {"mtu": link["mtu"], "inet": inet, "operstate": link["operstate"]}
+    return {"mtu": link["mtu"], "inet": inet, "operstate": link["operstate"], "mac": link["address"]}
 
 
 def wait_for(predicate, timeout=60, interval=2):

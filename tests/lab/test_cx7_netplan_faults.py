@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from cx7_netplan_lab import fixture_plain_rails, NETPLAN_FILE, RAILS, rail_state, rails_configured, run_network, snapshot, wait_for  # noqa: F401  (fixture)
+from cx7_netplan_lab import fixture_plain_rails, NETPLAN_FILE, RAILS, expected_cidr, rail_state, rails_configured, run_network, snapshot, wait_for  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.lab, pytest.mark.usefixtures("plain_rails")]
 
@@ -47,9 +47,15 @@ def test_rail_lost_during_a_change_fails_naming_node_and_rail_and_rolls_back(lab
 
 def test_restart_keeps_addresses_and_mtu_without_ansible(lab, converged):
     node = lab.nodes[1]
+    macs = {interface: rail_state(lab.host(node), interface)["mac"] for interface in RAILS.values()}
     lab.labctl("restart", node)
     assert wait_for(lambda: rails_configured(lab, node, mtu=9000), timeout=90), {
         rail: rail_state(lab.host(node), interface) for rail, interface in RAILS.items()}
+    # A reboot keeps the NIC's address, so the peers' ARP caches stay right and they reach it at once.
+    assert {interface: rail_state(lab.host(node), interface)["mac"] for interface in RAILS.values()} == macs
+    for rail, interface in RAILS.items():
+        address = expected_cidr(lab, node, rail).split("/")[0]
+        assert lab.host(lab.nodes[0]).run("ping -c 2 -W 2 -I %s %s" % (interface, address)).rc == 0, (rail, address)
     assert lab.host(node).file(NETPLAN_FILE).mode == 0o600
     # IPv6 stays off on the rails after boot (no link-local address, no RA).
     for interface in RAILS.values():

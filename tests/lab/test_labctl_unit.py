@@ -55,6 +55,30 @@ def test_host_veth_names_fit_ifnamsiz():
     assert labctl.host_veth("spark-alpha", "r1") == "dsl-alpha-r1"
 
 
+@pytest.mark.parametrize("node, kind, mac", [
+    ("spark-alpha", "r1", "02:64:73:00:00:01"),
+    ("spark-beta", "r2", "02:64:73:01:01:01"),
+    ("spark-theta", "p0b", "02:64:73:07:03:01"),
+])
+def test_fabric_mac_is_fixed_per_node_and_port(node, kind, mac):
+    assert labctl.fabric_mac(node, kind) == mac
+
+
+def test_fabric_macs_are_unique_unicast_and_locally_administered():
+    macs = [labctl.fabric_mac(n, k) for n in labctl.NODE_NAMES for k, _d, _r in labctl.FABRIC]
+    assert len(set(macs)) == len(macs) == 32
+    assert all(int(mac.split(":")[0], 16) & 0b11 == 0b10 for mac in macs)
+
+
+@pytest.mark.parametrize("node, kind, error", [
+    ("spark-alpha", "r3", "unknown fabric port 'r3'; ports are r1, r2, p0a, p0b"),
+    ("spark-omega", "r1", "unknown node 'spark-omega'"),
+])
+def test_fabric_mac_rejects(node, kind, error):
+    with pytest.raises(labctl.LabError, match=re.escape(error)):
+        labctl.fabric_mac(node, kind)
+
+
 def test_fabric_netdevs_are_gb10_names():
     assert [d for _k, d, _r in labctl.FABRIC] == ["enp1s0f1np1", "enP2p1s0f1np1", "enp1s0f0np0", "enP2p1s0f0np0"]
 

@@ -148,8 +148,8 @@ echo ready; exec cat > /dev/null
                                       'port 22: No route to host'),
     ('model-recv', 0, 'silent', 1, 1, 'could not reach 192.168.100.12 for 1 s: no answer'),
 ], ids=['answers-at-once', 'image-rail-late', 'model-rail-late', 'never-reachable', 'connects-but-never-ready'])
-def test_a_node_keeps_trying_the_next_one_until_it_answers_or_the_wait_ends(tmp_path, monkeypatch, kind, fail, answer,
-                                                                           wait, attempts, error):
+def test_a_node_keeps_trying_the_next_one_until_it_answers_or_the_wait_ends(
+        tmp_path, monkeypatch, kind, fail, answer, wait, attempts, error):
     relay = load_relay()
     counter = tmp_path / 'attempts'
     monkeypatch.setenv('COUNTER', str(counter))
