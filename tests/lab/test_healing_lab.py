@@ -67,7 +67,6 @@ def wait_recovered(lab, fault, started, vllm_before=None):
     vllm_before (the vLLM start before the fault), the fault must first have reached vLLM (its engine lost a rank
     and it started again), so that a healthy status read before the fault spread does not count."""
     deadline = started + RECOVERY_LIMIT_S
-    out = ""
     while time.time() < deadline:
         if vllm_before is not None and vllm_start(lab) in (None, vllm_before):
             time.sleep(2)
@@ -79,25 +78,13 @@ def wait_recovered(lab, fault, started, vllm_before=None):
                 print("\nRECOVERY %s: %.0f s" % (fault, took))
                 return took, out
         time.sleep(5)
+    # The collection's own status (every node's Ray and vLLM containers, restarts, last error) says why, read now: the
+    # loop only reads it once the API answers.
     api = "answers" if api_answers(lab) else "does not answer"
-    facts = (fault, RECOVERY_LIMIT_S, vllm_start(lab), vllm_before, api, out[-4000:], containers(lab))
-    pytest.fail("%s: not healthy %d s after the fault (vLLM started %s, before the fault %s; the API %s); last status:\n%s\n"
-                "the nodes' containers:\n%s" % facts)
+    _rc, out = status(lab)
+    pytest.fail("%s: not healthy %d s after the fault (vLLM started %s, before the fault %s; the API %s); status now:\n%s"
+                % (fault, RECOVERY_LIMIT_S, vllm_start(lab), vllm_before, api, out[-6000:]))
     return None
-
-
-def containers(lab):
-    """Each node's serving containers (state, restarts) and the last log lines of each: what a failed recovery needs."""
-    shown = []
-    for node in lab.nodes:
-        try:
-            shown.append("== %s\n%s" % (node, lab.host(node).run(
-                "docker ps -a --filter name=dgxspark- --format '{{.Names}} {{.Status}}'; "
-                "for c in dgxspark-ray dgxspark-vllm; do docker inspect -f \"$c restarts {{.RestartCount}}\" $c "
-                "&& docker logs --tail 15 $c; done 2>&1 | tail -40").stdout))
-        except Exception as err:  # pylint: disable=broad-except  # an unreachable node is part of the picture
-            shown.append("== %s: cannot be asked (%s)" % (node, err))
-    return "\n".join(shown)
 
 
 @pytest.fixture(scope="module")
