@@ -19,6 +19,7 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils.inventory_schema 
     cluster_variable_names,
     host_variable_names,
 )
+from ansible_collections.dgxspark.cluster.plugins.module_utils.profile_schema import site_patches
 from ansible_collections.dgxspark.cluster.plugins.module_utils.inventory_names import (
     known_names,
     unknown_variable_problems,
@@ -100,6 +101,13 @@ class ActionModule(ActionBase):
         except ClusterPlanError as exc:
             problems.extend(exc.problems)
             plan = None
+        if plan is not None:
+            # The inventory's own patches (dgxspark_site_patches), applied before the profile's.
+            site_dir = self._templar.template(task_vars.get('dgxspark_site_patches_dir') or '')
+            plan['patches'], site_problems = site_patches(
+                self._templar.template(task_vars.get('dgxspark_site_patches') or []),
+                os.path.abspath(os.path.expanduser(str(site_dir))) if site_dir else '', plan['patches'])
+            problems.extend(site_problems)
         result['changed'] = False
         if problems:
             result['failed'] = True

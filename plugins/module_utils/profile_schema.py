@@ -157,19 +157,48 @@ def validate_profile_fields(profile_name, profile):
 
 def plan_patches(profile):
     """The patches of a valid profile as the plan carries them: each entry plus its file's path on the controller."""
-    base_dir = profile.get('_dir', '.')
+    return carried_patches(profile.get('patches'), profile.get('_dir', '.'), 'profile %s' % profile.get('_name', ''))
+
+
+def carried_patches(entries, base_dir, origin):
+    """Valid patch entries as the plan carries them: name, node path, the file's path on the controller, and where the
+    entry was declared (a profile, or the inventory's dgxspark_site_patches)."""
     patches = []
-    for entry in profile.get('patches') or []:
-        patch = dict(entry, name=os.path.basename(str(entry['file'])),
+    for entry in entries or []:
+        patch = dict(entry, name=os.path.basename(str(entry['file'])), origin=origin,
                      source=os.path.abspath(os.path.join(base_dir, str(entry['file']))))
         patch['node_path'] = patch_node_path(patch)
         patches.append(patch)
     return patches
 
 
-def validate_patches(profile_name, patches, base_dir):
+# The inventory's own patches (a site's, or the virtual lab's changes to vLLM's CPU build), applied before a profile's.
+SITE_PATCHES = 'dgxspark_site_patches'
+
+
+def site_patches(entries, base_dir, profile_patches):
+    """(patches, problems): the inventory's dgxspark_site_patches (files under base_dir, the inventory's
+    dgxspark_site_patches_dir), carried like a profile's and placed before them; a name both use is a problem."""
+    profile_patches = list(profile_patches or [])
+    if not entries:
+        return profile_patches, []
+    if not base_dir:
+        return profile_patches, ['%s needs dgxspark_site_patches_dir, the directory its files are relative to' % SITE_PATCHES]
+    problems = validate_patches(None, entries, base_dir, where=SITE_PATCHES)
+    if problems:
+        return profile_patches, problems
+    patches = carried_patches(entries, base_dir, SITE_PATCHES)
+    taken = set(p['name'] for p in profile_patches or [])
+    for patch in patches:
+        if patch['name'] in taken:
+            problems.append('%s: %s is also a patch of the model profile (they share one directory on the nodes): rename '
+                            'one' % (SITE_PATCHES, patch['name']))
+    return patches + profile_patches, problems
+
+
+def validate_patches(profile_name, patches, base_dir, where=None):
     """Every problem of a profile's patches list; files resolved under base_dir and sha256-checked."""
-    where = 'profile %s: patches' % profile_name
+    where = where or 'profile %s: patches' % profile_name
     if patches is None:
         return []
     if not isinstance(patches, list):
@@ -211,8 +240,6 @@ def validate_patches(profile_name, patches, base_dir):
                 problems.append('%s: sha256 mismatch for %s: profile says %s, file is %s'
                                 % (at, name, sha, actual))
     entries = [e for e in patches if isinstance(e, dict)]
-    if sum(1 for e in entries if e.get('kind') == 'sitecustomize') > 1:
-        problems.append('%s: at most one sitecustomize patch (Python imports one sitecustomize module): merge them' % where)
     names = [os.path.basename(str(e['file'])) for e in entries if e.get('file')]
     for name in sorted(set(n for n in names if names.count(n) > 1)):
         problems.append('%s: two patches named %s (they share one directory on the nodes): rename one' % (where, name))
@@ -224,19 +251,22 @@ def version_problems(profile_name, patches, image_version):
     problems = []
     for entry in patches or []:
         if not version_in_range(image_version, entry['vllm']):
-            problems.append('profile %s: patch %s applies to vLLM %s, but the image has vLLM %s; '
-                            'refusing to start it' % (profile_name, entry['file'], entry['vllm'], image_version))
+            problems.append('%s: patch %s applies to vLLM %s, but the image has vLLM %s; '
+                            'refusing to start it' % (entry.get('origin') or 'profile %s' % profile_name, entry['file'],
+                                                      entry['vllm'], image_version))
     return problems
 
 
 # Where the serving containers see the node's patch directory, and the start scripts' helper in it.
 PATCH_MOUNT = '/opt/dgxspark/patches'
 PATCH_APPLY_SCRIPT = 'dgxspark-apply-patches.sh'
+# Python imports one sitecustomize module: the collection's loader (site/, on PYTHONPATH) runs every sitecustomize patch.
+SITE_LOADER = 'site/sitecustomize.py'
 
 
 def patch_node_path(entry):
-    """Where a plan patch lives under the node's patch directory: a sitecustomize in site/ (put on PYTHONPATH)."""
-    return 'site/sitecustomize.py' if entry['kind'] == 'sitecustomize' else entry['name']
+    """Where a plan patch lives under the node's patch directory: a sitecustomize in sitecustomize/ (run by the loader)."""
+    return 'sitecustomize/' + entry['name'] if entry['kind'] == 'sitecustomize' else entry['name']
 
 
 def patch_container_env(patches, mount=PATCH_MOUNT):
@@ -250,5 +280,5 @@ def patch_container_env(patches, mount=PATCH_MOUNT):
         'DGXSPARK_PATCHES': ' '.join('%s:%s:%s' % (p['kind'], p['node_path'], p['sha256']) for p in patches),
     }
     if any(p['kind'] == 'sitecustomize' for p in patches):
-        env['PYTHONPATH'] = mount + '/site'
+        env['PYTHONPATH'] = mount + '/' + os.path.dirname(SITE_LOADER)
     return env

@@ -12,12 +12,12 @@ short_description: Read the vLLM and Ray versions inside a serving image, once p
 version_added: 0.3.0
 author: dgxspark.cluster contributors (@dgxspark)
 description:
-  - Looks the image up with C(docker image inspect) and, when it is present, runs C(vllm --version) and C(ray --version) in
-    throw-away containers of it (C(docker run --rm --network none), the image's entrypoint replaced), so that a profile patch
+  - Looks the image up with C(docker image inspect) and, when it is present, reads the installed vllm and ray distributions'
+    versions with the image's C(python3) (else runs C(vllm --version) and C(ray --version)) in throw-away containers of it
+    (C(docker run --rm --network none), the image's entrypoint replaced), so that a profile patch
     written for one vLLM range is refused before any container of the cluster changes when the image carries another.
   - The answer is kept per image ID in O(cache_dir), so a re-run with the same image reads one small file instead of starting
-    containers (C(vllm --version) imports vLLM, seconds on a Spark). A different image has a different ID, so the cache never
-    answers for an image it did not see.
+    containers. A different image has a different ID, so the cache never answers for an image it did not see.
   - Read-only for the node's containers and images; it reports C(changed=false). Check mode reads the versions and writes no
     cache file.
 options:
@@ -29,6 +29,15 @@ options:
     description: Where the versions are kept, one JSON file per image ID.
     type: path
     default: /var/cache/dgxspark/image-versions
+  volumes:
+    description:
+      - Mounts the serving containers also get (C(SRC:DEST[:ro])), given to the throw-away containers too, for an image whose
+        vLLM lives on a volume (the lab's engine, a site's shared environment).
+      - The cache stays keyed by image ID alone; an image built for one mounted environment names it (a label), so a changed
+        environment comes with a new image.
+    type: list
+    elements: str
+    default: []
   docker:
     description: The Docker CLI.
     type: str
@@ -67,12 +76,12 @@ image_id:
   type: str
   sample: sha256:9c08f16330df0d4b51e5c6f1b2b0e8d5a0b6d1f0f9c4a9e2b7c1d3e5f7a9b1c3
 vllm_version:
-  description: What C(vllm --version) printed (its last line), empty when it failed.
+  description: The installed vllm distribution's version (else what C(vllm --version) printed last), empty when both failed.
   returned: always
   type: str
   sample: 0.33.0
 ray_version:
-  description: The version C(ray --version) printed, empty when it failed.
+  description: The installed ray distribution's version (else the one C(ray --version) printed), empty when both failed.
   returned: always
   type: str
   sample: 2.60.0
@@ -110,11 +119,21 @@ def parse_ray_version(output):
     return match.group(1) if match else ''
 
 
-def read_versions(module, docker, image):
+# The installed distributions' versions, read by the image's own Python: importing vLLM to print its version takes
+# a minute on a loaded machine, reading its metadata a fraction of a second.
+_METADATA = 'import importlib.metadata as m; print(m.version(%r))'
+
+
+def read_versions(module, docker, image, volumes=()):
     versions, errors = {}, []
+    run = [docker, 'run', '--rm', '--network', 'none'] + [arg for volume in volumes for arg in ('--volume', volume)]
     for tool, parse in (('vllm', parse_vllm_version), ('ray', parse_ray_version)):
-        argv = [docker, 'run', '--rm', '--network', 'none', '--entrypoint', tool, image, '--version']
-        rc, out, err = module.run_command(argv)
+        rc, out, err = module.run_command(run + ['--entrypoint', 'python3', image, '-c', _METADATA % tool])
+        versions[tool] = parse_vllm_version(out) if rc == 0 else ''
+        if versions[tool]:
+            continue
+        # No python3 on PATH, or the tool installed otherwise: its own command says.
+        rc, out, err = module.run_command(run + ['--entrypoint', tool, image, '--version'])
         versions[tool] = parse(out) if rc == 0 else ''
         if not versions[tool]:
             last = ((err or out).strip().splitlines() or [''])[-1]
@@ -127,6 +146,7 @@ def main():
         argument_spec=dict(
             image=dict(type='str', required=True),
             cache_dir=dict(type='path', default='/var/cache/dgxspark/image-versions'),
+            volumes=dict(type='list', elements='str', default=[]),
             docker=dict(type='str', default='docker'),
         ),
         supports_check_mode=True,
@@ -147,7 +167,7 @@ def main():
             cached = json.load(handle)
         result.update(vllm_version=cached.get('vllm', ''), ray_version=cached.get('ray', ''), cached=True)
         module.exit_json(**result)
-    versions, errors = read_versions(module, docker, image_id)
+    versions, errors = read_versions(module, docker, image_id, module.params['volumes'])
     result.update(vllm_version=versions['vllm'], ray_version=versions['ray'], errors=errors)
     if not errors and not module.check_mode:
         os.makedirs(module.params['cache_dir'], mode=0o755, exist_ok=True)

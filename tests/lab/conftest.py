@@ -150,3 +150,28 @@ def cluster_rail1(lab):
             yield addrs
 
     return factory
+
+
+# ---------------------------------------------------------------- durations by module (make test's table)
+_MODULE_SECONDS = {}
+_MODULE_FAILED = set()
+
+
+def pytest_runtest_logreport(report):
+    """Add each phase (setup, call, teardown: module fixtures included) to its module's wall time."""
+    module = report.nodeid.split("::", 1)[0]
+    _MODULE_SECONDS[module] = _MODULE_SECONDS.get(module, 0.0) + report.duration
+    if report.failed:
+        _MODULE_FAILED.add(module)
+
+
+def pytest_sessionfinish(session):
+    """One row per lab module in DGXSPARK_TEST_DURATIONS (tools/test-suite.sh prints the table)."""
+    del session
+    path = os.environ.get("DGXSPARK_TEST_DURATIONS")
+    if not path or not _MODULE_SECONDS:
+        return
+    with open(path, "a", encoding="utf-8") as handle:
+        for module, seconds in sorted(_MODULE_SECONDS.items()):
+            handle.write("lab/%s\t%d\t%s\n" % (os.path.basename(module), round(seconds),
+                                               "FAILED" if module in _MODULE_FAILED else "ok"))

@@ -10,21 +10,46 @@ import types
 import pytest
 
 PATCHES = os.path.join(os.path.dirname(__file__), '..', '..', 'profiles', 'models', 'patches')
+LOADER = os.path.join(os.path.dirname(__file__), '..', '..', 'roles', 'ray_cluster', 'files', 'dgxspark-sitecustomize.py')
 MARLIN = os.path.join(PATCHES, 'qwen3_5_marlin_tp_in_proj_ba.py')
 
 
 # ---------------------------------------------------------------- cudnn_off_sitecustomize.py (seed 003)
 
+def patch_dir(tmp_path, patches):
+    """A node's patch directory as ray_cluster lays it out: the collection's loader in site/, each sitecustomize patch
+    (name -> bytes) in sitecustomize/; returns the containers' environment for it."""
+    (tmp_path / 'site').mkdir()
+    (tmp_path / 'sitecustomize').mkdir()
+    with open(LOADER, 'rb') as handle:
+        (tmp_path / 'site' / 'sitecustomize.py').write_bytes(handle.read())
+    for name, data in patches.items():
+        (tmp_path / 'sitecustomize' / name).write_bytes(data)
+    return {'PYTHONPATH': str(tmp_path / 'site'), 'PATH': os.environ['PATH'], 'DGXSPARK_PATCH_DIR': str(tmp_path),
+            'DGXSPARK_PATCHES': ' '.join('sitecustomize:sitecustomize/%s:sha' % name for name in patches)}
+
+
 @pytest.fixture
 def site(tmp_path):
-    """A PYTHONPATH with the patch as sitecustomize and a fake torch whose cuDNN starts enabled."""
-    (tmp_path / 'site').mkdir()
+    """The seed 003 patch behind the collection's loader, and a fake torch whose cuDNN starts enabled."""
     with open(os.path.join(PATCHES, 'cudnn_off_sitecustomize.py'), 'rb') as handle:
-        (tmp_path / 'site' / 'sitecustomize.py').write_bytes(handle.read())
+        env = patch_dir(tmp_path, {'cudnn_off_sitecustomize.py': handle.read()})
     torch = tmp_path / 'fake' / 'torch'
     torch.mkdir(parents=True)
     (torch / '__init__.py').write_text('import types\nbackends = types.SimpleNamespace(cudnn=types.SimpleNamespace(enabled=True))\n')
-    return {'PYTHONPATH': '%s:%s' % (tmp_path / 'site', tmp_path / 'fake'), 'PATH': os.environ['PATH']}
+    env['PYTHONPATH'] += ':%s' % (tmp_path / 'fake')
+    return env
+
+
+def test_the_loader_runs_every_sitecustomize_patch_in_order_and_reports_a_broken_one(tmp_path):
+    env = patch_dir(tmp_path, {'first.py': b'import builtins\nbuiltins.ORDER = ["first"]\n',
+                               'broken.py': b'raise RuntimeError("boom")\n',
+                               'last.py': b'import builtins\nbuiltins.ORDER.append("last")\n'})
+    env['DGXSPARK_PATCHES'] += ' python:other.py:sha'  # not a sitecustomize: not run by the loader
+    done = run_python(env, 'print(ORDER)')
+    assert done.stdout.strip() == "['first', 'last']"
+    assert 'dgxspark sitecustomize: sitecustomize/broken.py failed: RuntimeError: boom' in done.stderr
+    assert 'other.py' not in done.stderr
 
 
 def run_python(env, code):

@@ -114,15 +114,64 @@ def test_validate_profile_fields(over, expected):
         assert fragment in problem and problem.startswith('model profile m: ')
 
 
-def test_two_sitecustomize_patches_and_duplicate_names_are_refused(base):
+def test_two_patches_of_one_name_are_refused_but_two_sitecustomize_load_together(base):
+    with open(os.path.join(base, 'patches', 'q.py'), 'wb') as handle:
+        handle.write(GOOD)
+    assert ps.validate_patches('m', [entry(), entry(file='patches/q.py')], base) == []
     problems = ps.validate_patches('m', [entry(), entry()], base)
-    assert any('at most one sitecustomize' in p for p in problems)
-    assert any('two patches named p.py' in p for p in problems)
+    assert problems == ['profile m: patches: two patches named p.py (they share one directory on the nodes): rename one']
 
 
 def test_plan_patches_carry_the_controller_path(base):
-    patches = ps.plan_patches({'_dir': base, 'patches': [entry(kind='python')]})
-    assert patches == [dict(entry(kind='python'), name='p.py', source=os.path.join(base, 'patches', 'p.py'), node_path='p.py')]
+    patches = ps.plan_patches({'_dir': base, '_name': 'm', 'patches': [entry(kind='python'), entry()]})
+    assert patches == [
+        dict(entry(kind='python'), name='p.py', origin='profile m', source=os.path.join(base, 'patches', 'p.py'), node_path='p.py'),
+        dict(entry(), name='p.py', origin='profile m', source=os.path.join(base, 'patches', 'p.py'),
+             node_path='sitecustomize/p.py')]
+
+
+@pytest.mark.parametrize('entries,site_dir,profile_names,expected_names,expected', [
+    (None, '', [], [], []),
+    ([], None, ['a.py'], ['a.py'], []),
+    ([entry()], '', ['a.py'], ['a.py'], ['dgxspark_site_patches needs dgxspark_site_patches_dir']),
+    ([entry()], 'BASE', [], ['p.py'], []),
+    ([entry()], 'BASE', ['a.py'], ['p.py', 'a.py'], []),  # the site's first, then the profile's
+    ([entry(sha256='0' * 64)], 'BASE', ['a.py'], ['a.py'], ['dgxspark_site_patches[0]: sha256 mismatch for patches/p.py']),
+    ([entry(kind='shell'), entry(reason=None)], 'BASE', [], [],  # every problem at once
+     ["dgxspark_site_patches[0]: kind 'shell' is not one of", 'dgxspark_site_patches[1]: reason is required',
+      'dgxspark_site_patches: two patches named p.py']),
+    ([entry()], 'BASE', ['p.py'], ['p.py', 'p.py'], ['dgxspark_site_patches: p.py is also a patch of the model profile']),
+])
+def test_site_patches_come_before_the_profile_s(base, entries, site_dir, profile_names, expected_names, expected):
+    profile = [{'name': name, 'origin': 'profile m'} for name in profile_names]
+    patches, problems = ps.site_patches(entries, base if site_dir == 'BASE' else site_dir, profile)
+    assert [p['name'] for p in patches] == expected_names
+    assert len(problems) == len(expected), problems
+    for fragment, problem in zip(expected, problems):
+        assert problem.startswith(fragment), problem
+    for patch in patches[:len(entries or [])] if not problems else []:
+        assert patch['origin'] == 'dgxspark_site_patches' and patch['source'] == os.path.join(base, 'patches', 'p.py')
+
+
+def test_a_site_patch_outside_the_image_vllm_is_refused_naming_the_inventory():
+    patches = [{'file': 'lab.py', 'vllm': '>=0.32,<0.33', 'origin': 'dgxspark_site_patches'},
+               {'file': 'p.py', 'vllm': '>=0.11', 'origin': 'profile m'}]
+    assert ps.version_problems('m', patches, '0.32.0+cpu') == []
+    assert ps.version_problems('m', patches, '0.33.0') == [
+        'dgxspark_site_patches: patch lab.py applies to vLLM >=0.32,<0.33, but the image has vLLM 0.33.0; refusing to start it']
+
+
+def test_the_containers_run_every_sitecustomize_through_one_loader():
+    patches = [{'kind': 'sitecustomize', 'node_path': 'sitecustomize/a.py', 'sha256': 'aa'},
+               {'kind': 'python', 'node_path': 'b.py', 'sha256': 'bb'},
+               {'kind': 'sitecustomize', 'node_path': 'sitecustomize/c.py', 'sha256': 'cc'}]
+    assert ps.patch_container_env(patches) == {
+        'DGXSPARK_PATCH_DIR': '/opt/dgxspark/patches',
+        'DGXSPARK_PATCHES': 'sitecustomize:sitecustomize/a.py:aa python:b.py:bb sitecustomize:sitecustomize/c.py:cc',
+        'PYTHONPATH': '/opt/dgxspark/patches/site'}
+    assert ps.patch_container_env(patches[1:2]) == {'DGXSPARK_PATCH_DIR': '/opt/dgxspark/patches',
+                                                   'DGXSPARK_PATCHES': 'python:b.py:bb'}
+    assert ps.patch_container_env([]) == {}
 
 
 def test_every_profile_field_is_documented():
