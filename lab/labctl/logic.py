@@ -283,7 +283,7 @@ def render_group_vars(template_text, state_dir_expr, model_profile=None, site_pa
     if model_profile:
         out = re.sub(r"(?m)^dgxspark_model_profile:.*$", "dgxspark_model_profile: %s" % model_profile, out)
     if site_patches_dir:
-        out = re.sub(r"(?m)^dgxspark_site_patches_dir:.*$",
+        out = re.sub(r"(?m)^dgxspark_site_patches_dir:.*(?:\n[ \t]+\S.*)*$",
                      lambda _match: "dgxspark_site_patches_dir: %s" % json.dumps(site_patches_dir), out)
     return out
 

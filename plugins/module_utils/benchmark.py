@@ -97,6 +97,8 @@ def summarize_level(concurrency, records, wall_s):
         'itl_ms_median': _r(percentile(itl, 50), 2),
         'per_user_tok_s_median': _r(percentile(rates, 50), 2), 'per_user_tok_s_min': _r(min(rates) if rates else None, 2),
         'total_tok_s': _r(tokens / wall_s if wall_s > 0 else None, 2), 'wall_s': _r(wall_s, 3),
+        # what the server's own counters are checked against (vllm:generation_tokens_total, its TTFT histogram)
+        'output_tokens': tokens, 'ttft_ms_mean': _r(sum(ttft) / len(ttft) if ttft else None, 1),
         'error_messages': sorted(set(r['error'] for r in records if r['error']))[:5],
     }
 

@@ -200,6 +200,10 @@ def test_render_group_vars_replaces_state_dir_and_profile():
     assert set(data) == set(yaml.safe_load(template))  # the multi-line value was replaced whole, nothing else lost
     assert data["dgxspark_model_profile"] == "some_profile"
     assert yaml.safe_load(template)["dgxspark_model_profile"] == "qwen3_5_397b_a17b_fp8"
+    # the live inventory names the lab patches' directory itself (the static one finds it next to itself)
+    assert "DGXSPARK_LAB_PATCHES" in data["dgxspark_site_patches_dir"]
+    live = yaml.safe_load(labctl.render_group_vars(template, labctl.LIVE_STATE_DIR_EXPR, None, "/repo/lab/serving/patches"))
+    assert live["dgxspark_site_patches_dir"] == "/repo/lab/serving/patches" and set(live) == set(data)
 
 
 def test_group_vars_rails_match_the_lab():

@@ -77,6 +77,7 @@ def test_summarize_level_and_report():
     assert row['ttft_ms_median'] == 100.0 and row['ttft_ms_p99'] == 300.0
     assert row['per_user_tok_s_median'] == 5.0 and row['per_user_tok_s_min'] == 5.0   # 3/0.6 = 5, 3/0.3 = 10
     assert row['total_tok_s'] == 4.0                                                  # 8 tokens / 2 s
+    assert row['output_tokens'] == 8 and row['ttft_ms_mean'] == 200.0                 # what vLLM's counters must show
     assert row['itl_ms_median'] == 100.0
     one = summarize_level(1, [_ok(0.05, [0.02, 0.04])], wall_s=0.1)
     rows = [one, row]
