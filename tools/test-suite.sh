@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make test`: every check, in order, stopping at the first failure; at the end (pass or fail) the table of each
-# part's wall time: lint, sanity, unit, build, the lab by module (tests/lab/conftest.py records them), molecule by
-# scenario.
+# part's wall time: lint, sanity, unit, serving (the stand-in's own tests), build, the lab by module
+# (tests/lab/conftest.py records them), molecule by scenario.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -f .build/test-durations.tsv
@@ -12,6 +12,7 @@ t yamllint .venv/bin/yamllint --strict .
 t ansible-lint env PATH="$PWD/.venv/bin:$PATH" .venv/bin/ansible-lint --profile production --nocolor
 t sanity bash tools/sanity.sh
 t unit .venv/bin/pytest tests/unit tests/lab/test_labctl_unit.py
+t serving .venv/bin/pytest tests/serving
 t build bash -c 'rm -rf .build/dist && mkdir -p .build/dist && .venv/bin/ansible-galaxy collection build --output-path .build/dist .'
 t lab-up bash -c 'bash lab/ensure-docker.sh && .venv/bin/python lab/labctl.py up --nodes 4 --serving'
 # one row per module, written by tests/lab/conftest.py

@@ -25,19 +25,13 @@ BASE_REPO = "dgxspark-lab/node-base"
 NODE_REPO = "dgxspark-lab/node"
 BUILD_FORMAT = "2"  # bump to force a rebuild when the build procedure itself changes
 
-# Serving image (lab/serving/README.md): a small bookworm rootfs whose `vllm` and `ray` are vLLM's CPU build, a
-# virtualenv on this host under ENGINE_ROOT, mounted read-only at the same path into every node (and, through the lab
-# inventory's dgxspark_serving_extra_volumes, into the serving containers): one copy for every node and container.
+# Serving image (LAB STAND-IN for vLLM on real Ray, lab/serving/README.md): its own debootstrap rootfs.
 SERVING_REPO = "dgxspark-lab/serving"
-SERVING_BUILD_FORMAT = "4"
-SERVING_PACKAGES = ("python3", "python3-venv", "iproute2", "procps", "ca-certificates", "python-is-python3", "libnuma1")
-ENGINE_ROOT = "/opt/dgxspark-lab/engines"
-ENGINE_FORMAT = "1"
-ENGINE_COMPLETE = ".dgxspark-lab-engine-complete"
+SERVING_BUILD_FORMAT = "3"
+SERVING_PACKAGES = ("python3", "python3-venv", "iproute2", "procps", "ca-certificates", "python-is-python3")
 SERVING_MODELS_DIR = "/var/lib/dgxspark-lab/models"  # in each node; containers mount it (e.g. at /models)
-# The lab's model: a tiny Qwen3-MoE made by lab/serving/make_lab_model.py (random weights, local tokenizer).
-SERVING_MODEL_NAME = "qwen3-moe-tiny"
-SERVING_MODEL_SHARDS = 4
+SERVING_MODEL_NAME = "qwen3-standin"
+SERVING_MODEL_SHARDS, SERVING_MODEL_SHARD_MIB = 4, 1.0
 SERVING_MODEL_MARKER = ".dgxspark-lab-model"  # holds the model's content hash
 
 LABEL = "dgxspark.lab"
@@ -59,8 +53,6 @@ BRIDGES = {1: "dsl-rail1", 2: "dsl-rail2"}
 RAIL_SUBNETS = {1: "192.168.100.0/24", 2: "192.168.101.0/24"}
 RAIL_ADDRESS_OFFSET = 10
 HOST_MTU = 9000
-# A node's /dev/shm (Docker's default is 64 MiB; a machine's is half its memory, and vLLM's engine core needs 160 MiB).
-NODE_SHM_BYTES = 2 * 2 ** 30
 NODE_START_MTU = 1500
 
 CAPABILITIES = ("SYS_ADMIN", "NET_ADMIN", "NET_RAW", "MKNOD", "SYS_PTRACE", "IPC_LOCK", "SYS_CHROOT",

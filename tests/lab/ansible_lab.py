@@ -1,7 +1,6 @@
 """Run the collection's playbooks against the lab, as a user would (ansible-playbook from the checkout's venv)."""
 
 import os
-import re
 import subprocess
 import time
 
@@ -58,20 +57,3 @@ def playbook_ok(lab, playbook, *extra, timeout=900):
     rc, out = run_playbook(lab, playbook, *extra, timeout=timeout)
     assert rc == 0, out[-6000:]
     return out
-
-
-def healthy(status_output):
-    """status.yml's verdict line (the table's message is indented by the callback)."""
-    return re.search(r"^\s*healthy$", status_output, re.MULTILINE) is not None
-
-
-def serving_cluster(lab):
-    """The 4-node lab serving the users' default deploy (deploy-397b.yml), shared by the test modules that only read it
-    or stage a fault and heal it: deployed only when status.yml does not say healthy (a module before left it stopped,
-    changed or broken), so a run of modules pays for one engine start, not one each. Modules leave it serving."""
-    four_serving_nodes(lab)
-    rc, out = run_playbook(lab, "status.yml", timeout=300)
-    if rc == 0 and healthy(out):
-        return lab
-    playbook_ok(lab, "deploy-397b.yml")
-    return lab

@@ -1,7 +1,6 @@
 """The whole deployment on the 4-node lab, as users run it: `ansible-playbook playbooks/deploy-397b.yml`.
 
-Real Ray 2.60 in one serving container per node and vLLM's own engine (its CPU build, 0.32) across the four ranks, the
-API server on the head (lab/serving/README.md).
+Real Ray 2.60 in one serving container per node, the vLLM 0.33 LAB STAND-IN on the head (lab/serving/README.md).
 Checks: the first deploy serves (status table healthy, smoke answer); a second deploy changes nothing and restarts
 nothing; a changed vLLM option restarts vLLM only; a changed NCCL transport recreates the Ray containers; a load that
 hangs at shard k trips the stall watchdog naming k/n; a flag vLLM rejects fails fast with vLLM's own message; an image
@@ -11,7 +10,6 @@ missing on one node fails before any container is changed. Each fault test puts 
 """
 
 import json
-import re
 
 import pytest
 
@@ -49,16 +47,17 @@ def deployed(lab):
     lab.labctl("serving")
     rc, out = deploy(lab)
     assert rc == 0, out[-6000:]
-    # The module leaves the cluster serving, for the next module (ansible_lab.serving_cluster).
-    return {"output": out, "containers": containers(lab)}
+    yield {"output": out, "containers": containers(lab)}
+    # Leave the ports (Ray's 6379, vLLM's 8000) to the next tests: stop serving as users do.
+    rc, out = run_playbook(lab, "stop.yml")
+    assert rc == 0, out[-3000:]
 
 
 def test_first_deploy_serves_and_ends_with_a_healthy_table(deployed):
     out = deployed["output"]
     assert "Ray on spark-alpha: 4/4 nodes alive, 4 GPUs" in out
     assert "vLLM serves Qwen/Qwen3.5-397B-A17B-FP8 on http://" in out
-    # vLLM's own engine answered: the lab model's random tokens, from the served name over all four ranks
-    assert re.search(r"Smoke answer: \S", out), out[-3000:]
+    assert "Smoke answer: This is the dgxspark lab stand-in for vLLM 0.33.0" in out
     assert 'Authorization: Bearer $(cat ' in out
     assert out.rindex("healthy") > out.rindex("Smoke answer")
     for node in ("spark-alpha", "spark-beta", "spark-gamma", "spark-delta"):
@@ -118,7 +117,7 @@ def test_hang_at_shard_trips_the_stall_watchdog(lab, deployed):
                                                            vllm_container_progress_interval=5))
         assert rc != 0
         failure = out[out.index("Wait for vLLM to load the model"):]
-        assert "2/4" in failure and "spark-alpha" in failure  # the lab hook stopped the real loader after shard 2
+        assert "2/4" in failure and "spark-alpha" in failure
         assert "futex_wait" in failure and "vllm_container_stall_timeout" in failure
     finally:
         rc, out = deploy(lab, "--tags", "vllm")
@@ -163,4 +162,4 @@ def test_stop_then_status_fails_and_deploy_serves_again(lab, deployed):
     assert "The cluster is not healthy" in out
     rc, out = deploy(lab)
     assert rc == 0, out[-4000:]
-    assert re.search(r"Smoke answer: \S", out), out[-3000:]
+    assert "Smoke answer: This is the dgxspark lab stand-in" in out

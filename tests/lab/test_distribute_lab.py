@@ -16,7 +16,7 @@ from ansible_lab import recap, run_playbook
 pytestmark = pytest.mark.lab
 
 PLAYBOOK = "distribute.yml"
-MODEL = "/var/lib/dgxspark-lab/models/qwen3-moe-tiny"
+MODEL = "/var/lib/dgxspark-lab/models/qwen3-standin"
 BIG = "/var/lib/dgxspark-lab/models/distribute-test"
 
 
