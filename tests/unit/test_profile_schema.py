@@ -169,8 +169,8 @@ def test_the_containers_run_every_sitecustomize_through_one_loader():
         'DGXSPARK_PATCH_DIR': '/opt/dgxspark/patches',
         'DGXSPARK_PATCHES': 'sitecustomize:sitecustomize/a.py:aa python:b.py:bb sitecustomize:sitecustomize/c.py:cc',
         'PYTHONPATH': '/opt/dgxspark/patches/site'}
-    assert ps.patch_container_env(patches[1:2]) == {'DGXSPARK_PATCH_DIR': '/opt/dgxspark/patches',
-                                                   'DGXSPARK_PATCHES': 'python:b.py:bb'}
+    assert ps.patch_container_env(patches[1:2]) == {
+        'DGXSPARK_PATCH_DIR': '/opt/dgxspark/patches', 'DGXSPARK_PATCHES': 'python:b.py:bb'}
     assert ps.patch_container_env([]) == {}
 
 

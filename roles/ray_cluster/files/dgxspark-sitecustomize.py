@@ -14,10 +14,9 @@ def _run_site_patches():
     import importlib.util  # pylint: disable=import-outside-toplevel
     directory = os.environ.get("DGXSPARK_PATCH_DIR", "")
     for entry in os.environ.get("DGXSPARK_PATCHES", "").split():
-        kind, _, rest = entry.partition(":")
+        kind, path = entry.split(":")[:2]
         if kind != "sitecustomize":
             continue
-        path = rest.rsplit(":", 1)[0]
         name = "dgxspark_site_" + os.path.splitext(os.path.basename(path))[0]
         try:
             spec = importlib.util.spec_from_file_location(name, os.path.join(directory, path))
