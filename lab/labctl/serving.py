@@ -28,7 +28,7 @@ def serving_rootfs_key(mirror):
 
 def slim_rootfs(rootfs):
     """As container images are: no apt lists/caches, docs, man pages, locales (about 150 MB less to copy
-    into every node's vfs Docker)."""
+    into every node's Docker)."""
     for rel in ("var/lib/apt/lists", "var/cache/apt", "usr/share/doc", "usr/share/man", "usr/share/locale",
                 "usr/share/info", "var/log"):
         path = os.path.join(rootfs, rel)
@@ -170,7 +170,7 @@ def copy_image_into_node(node, image):
 
 
 def load_serving_into_node(node, tag):
-    """docker save | docker load into the node's (vfs) Docker where the tag is missing; older serving tags removed."""
+    """docker save | docker load into the node's Docker where the tag is missing; older serving tags removed."""
     result = {"node": node, "image": "present", "model": "present", "load_s": None}
     if not node_has_image(node, tag):
         result["image"], result["load_s"] = "loaded", copy_image_into_node(node, tag)

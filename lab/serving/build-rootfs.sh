@@ -69,6 +69,14 @@ sed "1s|.*|#!$venv/bin/python3|" "$here/make_model_dir.py" > "$rootfs/usr/local/
 chmod 0755 "$rootfs/usr/local/bin/dgxspark-make-model-dir"
 ln -sfn "$venv/bin/ray" "$rootfs/usr/local/bin/ray"
 version=$(python3 -c 'import json,sys,glob,os; fs=sorted(glob.glob(sys.argv[1]+"/*.json")); print(json.load(open(fs[-1]))["vllm_version"])' "$here/vllm_flags")
+# The distribution metadata vLLM's own image carries (its Summary says what this is): the collection's version probe
+# reads it instead of starting `vllm --version`.
+distinfo="$rootfs$site/vllm-$version.dist-info"
+rm -rf "$rootfs$site"/vllm-*.dist-info
+mkdir -p "$distinfo"
+printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s\nSummary: dgxspark lab stand-in for vLLM %s (NOT vLLM)\n' \
+    "$version" "$version" > "$distinfo/METADATA"
+printf 'dgxspark-lab\n' > "$distinfo/INSTALLER"
 cat > "$rootfs$venv/LAB-STAND-IN" <<INFO
 dgxspark.cluster virtual Spark lab: this is NOT vLLM.
 vllm command: /usr/local/bin/vllm (stand-in for vLLM $version, flags from the real parser)
@@ -79,4 +87,5 @@ INFO
 # 4. smoke test inside the rootfs
 in_root /usr/local/bin/vllm --version >/dev/null
 in_root /usr/local/bin/ray --version
+in_root "$venv/bin/python3" -c 'import importlib.metadata as m; assert m.version("vllm") == "'"$version"'"'
 echo "build-rootfs.sh: $rootfs has /usr/local/bin/vllm (stand-in for vLLM $version) and ray"

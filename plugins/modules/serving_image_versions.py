@@ -119,18 +119,40 @@ def parse_ray_version(output):
     return match.group(1) if match else ''
 
 
-# The installed distributions' versions, read by the image's own Python: importing vLLM to print its version takes
-# a minute on a loaded machine, reading its metadata a fraction of a second.
-_METADATA = 'import importlib.metadata as m; print(m.version(%r))'
+# The installed distributions' versions, read by the image's own Python in one throw-away container: importing vLLM to
+# print its version takes a minute on a loaded machine, reading its metadata a fraction of a second, and every container
+# start costs seconds on a busy node.
+_METADATA = (
+    'import importlib.metadata as m, json\n'
+    'def version(name):\n'
+    '    try:\n'
+    '        return m.version(name)\n'
+    '    except m.PackageNotFoundError:\n'
+    '        return ""\n'
+    'print(json.dumps({"vllm": version("vllm"), "ray": version("ray")}))\n'
+)
+
+
+def parse_metadata(output):
+    """The JSON line the metadata script printed -> {'vllm': ..., 'ray': ...} (missing ones ''), or {} if none."""
+    for line in reversed((output or '').splitlines()):
+        try:
+            found = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(found, dict):
+            return dict((tool, str(found.get(tool) or '')) for tool in ('vllm', 'ray'))
+    return {}
 
 
 def read_versions(module, docker, image, volumes=()):
-    versions, errors = {}, []
+    """Both versions from the image's metadata (one container); a tool the metadata lacks is asked with --version."""
+    errors = []
     run = [docker, 'run', '--rm', '--network', 'none'] + [arg for volume in volumes for arg in ('--volume', volume)]
+    rc, out, err = module.run_command(run + ['--entrypoint', 'python3', image, '-c', _METADATA])
+    versions = parse_metadata(out) if rc == 0 else {}
     for tool, parse in (('vllm', parse_vllm_version), ('ray', parse_ray_version)):
-        rc, out, err = module.run_command(run + ['--entrypoint', 'python3', image, '-c', _METADATA % tool])
-        versions[tool] = parse_vllm_version(out) if rc == 0 else ''
-        if versions[tool]:
+        if versions.get(tool):
             continue
         # No python3 on PATH, or the tool installed otherwise: its own command says.
         rc, out, err = module.run_command(run + ['--entrypoint', tool, image, '--version'])

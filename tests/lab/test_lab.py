@@ -147,7 +147,7 @@ def test_nodes_cannot_leave_the_lab(lab):
 def test_docker_runs_inside_a_node(lab):
     host = lab.host(lab.nodes[0])
     assert host.service("docker").is_running
-    assert host.check_output("docker info --format '{{.Driver}}'") == "vfs"
+    assert host.check_output("docker info --format '{{.Driver}}'") == "overlay2"
 
 
 def test_load_image_and_run_it_inside_a_node(lab):

@@ -199,11 +199,11 @@ def test_docker_daemon_json_merged_keeping_other_keys(daemon_json_restored):
 
 def test_docker_daemon_json_not_json_is_refused(daemon_json_restored):
     del daemon_json_restored
-    node_sh("printf '{\"storage-driver\": \"vfs\",' > %s" % DAEMON_JSON)
+    node_sh("printf '{\"storage-driver\": \"overlay2\",' > %s" % DAEMON_JSON)
     proc = play(extra={"os_hardening_docker_memlock_ulimit": True}, tags="os_docker")
     assert proc.returncode != 0, proc.output
     assert "is not a valid JSON object" in proc.output, proc.output
-    assert node_sh("cat %s" % DAEMON_JSON) == '{"storage-driver": "vfs",'
+    assert node_sh("cat %s" % DAEMON_JSON) == '{"storage-driver": "overlay2",'
 
 
 def test_docker_step_off_leaves_daemon_json_alone(daemon_json_restored):

@@ -111,7 +111,7 @@ def test_daemon_json(host, hvars):
     assert daemon_json.is_file
     config = json.loads(daemon_json.content_string)
     # The lab image's keys survive whatever the role did.
-    assert config.get("storage-driver") == "vfs"
+    assert config.get("storage-driver") == "overlay2"
     assert config.get("log-driver") == "json-file"
     if hvars["os_hardening_docker_memlock_ulimit"]:
         value = -1 if str(hvars["os_hardening_memlock"]) == "unlimited" else int(hvars["os_hardening_memlock"]) * 1024
