@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: dgxspark.cluster contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Filters over a plan's profile patches (documented in patch_refusals.yml, patch_container_env.yml)."""
+"""Filters over a plan's profile patches (documented in patch_refusals.yml, patch_container_env.yml,
+patch_node_files.yml)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,14 @@ def patch_container_env(patches):
         raise AnsibleFilterError('patch_container_env: a patch lacks %s' % exc) from exc
 
 
+def patch_node_files(patches, base_dir=''):
+    """The files a node's patch directory holds for the plan's patches."""
+    try:
+        return profile_schema.patch_node_files(patches, base_dir)
+    except (KeyError, TypeError) as exc:
+        raise AnsibleFilterError('patch_node_files: a patch lacks %s' % exc) from exc
+
+
 class FilterModule:
     """Filters for the profile patches of the serving containers."""
 
@@ -32,4 +41,5 @@ class FilterModule:
         return {
             'patch_refusals': patch_refusals,
             'patch_container_env': patch_container_env,
+            'patch_node_files': patch_node_files,
         }

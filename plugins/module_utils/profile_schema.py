@@ -269,6 +269,18 @@ def patch_node_path(entry):
     return 'sitecustomize/' + entry['name'] if entry['kind'] == 'sitecustomize' else entry['name']
 
 
+def patch_node_files(patches, base_dir=''):
+    """Every file a node's patch directory holds for the plan's patches, in order: the patches, the start scripts' helper
+    when there is any patch, the sitecustomize loader when there is a sitecustomize patch. Joined to base_dir when given;
+    anything else found in the directory is left from an earlier plan."""
+    files = [p['node_path'] for p in patches or []]
+    if files:
+        files.append(PATCH_APPLY_SCRIPT)
+    if any(p['kind'] == 'sitecustomize' for p in patches or []):
+        files.append(SITE_LOADER)
+    return [os.path.join(base_dir, path) for path in files] if base_dir else files
+
+
 def patch_container_env(patches, mount=PATCH_MOUNT):
     """The serving containers' environment for the plan's patches: what the start scripts verify and apply, and
     PYTHONPATH for a sitecustomize. Empty without patches (the containers stay as they were)."""

@@ -174,6 +174,30 @@ def test_the_containers_run_every_sitecustomize_through_one_loader():
     assert ps.patch_container_env([]) == {}
 
 
+_SITE = {'kind': 'sitecustomize', 'node_path': 'sitecustomize/a.py'}
+_PYTHON = {'kind': 'python', 'node_path': 'b.py'}
+
+
+@pytest.mark.parametrize('patches,base_dir,expected', [
+    ([], '', []),
+    (None, '/etc/dgxspark/patches', []),
+    ([_PYTHON], '', ['b.py', 'dgxspark-apply-patches.sh']),
+    ([_SITE, _PYTHON], '', ['sitecustomize/a.py', 'b.py', 'dgxspark-apply-patches.sh', 'site/sitecustomize.py']),
+    ([_SITE], '/etc/dgxspark/patches', ['/etc/dgxspark/patches/sitecustomize/a.py',
+                                        '/etc/dgxspark/patches/dgxspark-apply-patches.sh',
+                                        '/etc/dgxspark/patches/site/sitecustomize.py']),
+])
+def test_the_files_a_node_keeps_for_the_patches(patches, base_dir, expected):
+    assert ps.patch_node_files(patches, base_dir) == expected
+
+
+def test_a_patch_without_its_node_path_is_a_filter_error():
+    from ansible.errors import AnsibleFilterError
+    from ansible_collections.dgxspark.cluster.plugins.filter import profile_patches
+    with pytest.raises(AnsibleFilterError, match="patch_node_files: a patch lacks 'node_path'"):
+        profile_patches.patch_node_files([{'kind': 'python'}])
+
+
 def test_every_profile_field_is_documented():
     path = os.path.join(os.path.dirname(__file__), '..', '..', 'docs', 'profiles.md')
     with open(path, encoding='utf-8') as handle:
