@@ -20,11 +20,15 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils.inventory_schema 
     host_variable_names,
 )
 from ansible_collections.dgxspark.cluster.plugins.module_utils.profile_schema import site_patches
+from ansible_collections.dgxspark.cluster.plugins.module_utils import role_inputs
 from ansible_collections.dgxspark.cluster.plugins.module_utils.inventory_names import (
     known_names,
     unknown_variable_problems,
     variable_prefixes,
 )
+
+# Variables the roles' checks read besides the roles' own (the roles default to them).
+ROLE_INPUT_EXTRAS = ('dgxspark_api_allowed_cidrs', 'dgxspark_vllm_site_args', 'ansible_port')
 
 # plugins/action/cluster_plan.py -> the collection root is two directories above plugins/action.
 COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -53,6 +57,30 @@ def load_profiles(directories):
     return profiles, problems
 
 
+def role_variable_values(host_vars, names, prefixes):
+    """{name: value} of a node's role variables (and the few others their checks read). A value that cannot be
+    templated on the controller (it reads a fact of the node) is left to the role."""
+    role_prefixes = tuple(p for p in prefixes if p != 'dgxspark_')
+    values = {}
+    for name in names:
+        name = str(name)
+        if not (name.startswith(role_prefixes) or name in ROLE_INPUT_EXTRAS):
+            continue
+        try:
+            values[name] = host_vars[name]
+        except Exception:  # pylint: disable=broad-except  # undefined on the controller: the role checks it on the node
+            continue
+    return values
+
+
+def port_defaults(specs):
+    """(Ray's ports, {single port variable: default}) as the roles' argument specs state them."""
+    options = dict((name, spec) for role in specs.values() for name, spec in role.items())
+    ray = dict((options.get('ray_cluster_ports') or {}).get('default') or {})
+    single = dict((name, (options.get(name) or {}).get('default')) for name, _what in role_inputs.SINGLE_PORTS)
+    return ray, single
+
+
 class ActionModule(ActionBase):
     """Build the cluster plan from the inventory's groups and host variables."""
 
@@ -76,6 +104,7 @@ class ActionModule(ActionBase):
         node_hosts = list(groups.get('head') or []) + list(groups.get('workers') or [])
         node_vars = {}
         node_names = {}
+        role_values = {}
         for host in node_hosts:
             if host in node_vars:
                 continue
@@ -84,7 +113,8 @@ class ActionModule(ActionBase):
             except KeyError:
                 host_vars = {}
             node_vars[host] = dict((name, host_vars[name]) for name in wanted if name in host_vars)
-            node_names[host] = list(host_vars.keys())  # names only: nothing is templated
+            node_names[host] = list(host_vars.keys())
+            role_values[host] = role_variable_values(host_vars, node_names[host], variable_prefixes(COLLECTION_ROOT))
 
         directories = [BUILTIN_PROFILES_DIR]
         # The argument, else the inventory's or the command line's dgxspark_profiles_dir: every play that plans (the
@@ -95,6 +125,13 @@ class ActionModule(ActionBase):
         profiles, problems = load_profiles(directories)
         # A misspelled variable would be ignored and its default used: refuse it with the closest known name.
         problems.extend(unknown_variable_problems(node_names, known_names(COLLECTION_ROOT), variable_prefixes(COLLECTION_ROOT)))
+        # The roles' variables: each against its role's argument spec, secrets in extra maps, ports, API networks.
+        specs = role_inputs.role_specs(COLLECTION_ROOT)
+        problems.extend(role_inputs.spec_problems(role_values, specs))
+        problems.extend(role_inputs.secret_problems(role_values))
+        problems.extend(role_inputs.port_problems(role_values, *port_defaults(specs)))
+        network_problems, network_warnings = role_inputs.api_network_problems(role_values)
+        problems.extend(network_problems)
         plan_groups = {'head': list(groups.get('head') or []), 'workers': list(groups.get('workers') or [])}
         try:
             plan = build_plan(plan_groups, node_vars, profiles, overrides=args.get('overrides') or {})
@@ -115,6 +152,7 @@ class ActionModule(ActionBase):
             result['msg'] = 'The cluster plan is invalid (%d problem%s):\n%s' % (
                 len(problems), '' if len(problems) == 1 else 's', '\n'.join('- %s' % p for p in problems))
             return result
+        plan['warnings'] = role_inputs.input_warnings(plan['variables'], network_warnings)
         result['plan'] = plan
         result['table'] = render_plan_table(plan)
         return result

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 
+from ansible_collections.dgxspark.cluster.plugins.module_utils.role_inputs import interface_name_problem
 from ansible_collections.dgxspark.cluster.plugins.module_utils.profile_schema import (
     plan_patches,
     validate_patches,
@@ -177,6 +178,9 @@ def _rail_problems(rails):
             problems.append('dgxspark_rails: interface %s is used by rails %s and %s; each rail is one CX-7 netdev (twin).' % (
                 rail['interface'], interfaces[rail['interface']], rail['name']))
         interfaces.setdefault(rail['interface'], rail['name'])
+        interface_problem = interface_name_problem(where + '.interface', rail['interface'])
+        if interface_problem:
+            problems.append(interface_problem + '.')
         net, subnet_problems = _parse_subnet(where + '.subnet', rail['subnet'])
         problems.extend(subnet_problems)
         item = dict(rail)
@@ -561,6 +565,8 @@ def render_plan_table(plan):
     for patch in plan.get('patches') or []:
         lines.append('Patch applied at container start: %s (%s, vLLM %s, sha256 %s...)' % (
             patch['name'], patch['kind'], patch['vllm'], patch['sha256'][:12]))
+    for warning in plan.get('warnings') or []:
+        lines.append('Warning: %s' % warning)
     return lines
 
 

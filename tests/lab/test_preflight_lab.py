@@ -128,3 +128,24 @@ def test_too_little_free_memory_names_the_largest_consumers(stopped_lab):
         stopped_lab.labctl("memory", "spark-beta", "--reset")
     assert "spark-beta: memory: found MemAvailable 40.0 GiB; expected at least 103.4 GiB free" in out
     assert "the largest consumers are " in out and "(pid " in out
+
+
+def test_bad_role_variables_are_refused_by_the_plan_before_any_node_changes(stopped_lab):
+    """Role variables an inventory sets (issue 25): a secret in an extra map, two services on one port, an API network with
+    host bits, a value outside the role's choices: all named at once by the plan on the controller; no node changed."""
+    before = snapshot(stopped_lab)
+    bad = {"vllm_container_extra_env": {"HF_TOKEN": "hf_not_a_real_token"}, "vllm_container_port": 6379,
+           "dgxspark_api_allowed_cidrs": ["10.99.0.1/16"], "ray_cluster_restart_policy": "never"}
+    rc, out = run_playbook(stopped_lab, "deploy-397b.yml", "-e", json.dumps(bad), timeout=300)
+    assert rc != 0, out[-4000:]
+    assert "The cluster plan is invalid (4 problems)" in out, out[-6000:]
+    for text in ("vllm_container_extra_env sets HF_TOKEN, a secret", "hf_not_a_real_token",
+                 "port 6379 is given to ray_cluster_ports.gcs and vllm_container_port (the vLLM API)",
+                 "dgxspark_api_allowed_cidrs has 10.99.0.1/16, which has host bits set: did you mean 10.99.0.0/16?",
+                 "value of ray_cluster_restart_policy must be one of: always, unless-stopped, on-failure, got: never"):
+        if text == "hf_not_a_real_token":
+            assert text not in out  # the refusal names the variable, never the secret
+        else:
+            assert text in out, (text, out[-6000:])
+    assert "PLAY [Check every node" not in out and "TASK [Read every node for the preflight checks" not in out
+    assert snapshot(stopped_lab) == before

@@ -143,3 +143,32 @@ def test_a_bad_user_profile_lists_every_problem_at_once(tmp_path):
                  "model profile my_model: field head_dim must be an integer (got '128')",
                  'model profile my_model: unknown field num_key_value_head (did you mean num_key_value_heads?)'):
         assert text in output, (text, output)
+
+
+def test_plan_refuses_bad_role_variables_all_at_once():
+    """Role variables reach the nodes: the plan checks them with the roles' specs and its own cross-checks (issue 25)."""
+    import json  # pylint: disable=import-outside-toplevel
+    bad = {'vllm_container_extra_args': {'api-key': 'sk-not-real'}, 'ray_cluster_extra_env': {'RAY_AUTH_TOKEN': 'tok-not-real'},
+           'fabric_check_nccl_port': 6379, 'dgxspark_api_allowed_cidrs': ['10.1.2.3'], 'vllm_container_ready_timeout': 'soon',
+           'dgxspark_rails': [{'name': 'rail1', 'interface': 'enp1s0f1np1; reboot', 'subnet': '192.168.100.0/24'}]}
+    result = run_plan('inventories/4node', '-e', json.dumps(bad))
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    for text in ['The cluster plan is invalid (6 problems)',
+                 'vllm_container_extra_args sets api-key, a secret', 'ray_cluster_extra_env sets RAY_AUTH_TOKEN, a secret',
+                 'port 6379 is given to ray_cluster_ports.gcs and fabric_check_nccl_port (the NCCL test\'s rendezvous)',
+                 'dgxspark_api_allowed_cidrs has 10.1.2.3, a single address',
+                 "vllm_container_ready_timeout: argument 'vllm_container_ready_timeout' is of type str",
+                 "dgxspark_rails[0] (rail1).interface is 'enp1s0f1np1; reboot', not a Linux interface name"]:
+        assert text in output, (text, output)
+    assert 'sk-not-real' not in output and 'tok-not-real' not in output
+
+
+def test_plan_table_says_risky_choices_out_loud():
+    import json  # pylint: disable=import-outside-toplevel
+    risky = {'dgxspark_api_allowed_cidrs': ['0.0.0.0/0'], 'dgxspark_nccl_transport': 'socket'}
+    result = run_plan('inventories/4node', '-e', json.dumps(risky))
+    assert result.returncode == 0, result.stdout + result.stderr
+    table = ' '.join(result.stdout.split())  # the callback folds the table's long lines
+    assert 'Warning: dgxspark_api_allowed_cidrs has 0.0.0.0/0: the vLLM API is open to every address' in table
+    assert 'Warning: dgxspark_nccl_transport is socket: NCCL runs over TCP' in table

@@ -1,0 +1,302 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The roles' variables an inventory sets, checked by the plan on the controller before any host is contacted.
+
+- Every role variable a node has is checked against its role's ``meta/argument_specs.yml`` (the rules the role itself
+  states: one source of truth).
+- Secrets never travel in an extra map: an API key, Ray token or Hugging Face token given as a vLLM option or a
+  container variable would sit in vLLM's argv or in what ``docker inspect`` shows. ``SECRET_OPTIONS`` and
+  ``SECRET_ENVIRONMENT`` list them, each with the supported way (a variable that becomes a 0600 file).
+- The cross-checks the plan owns: no two services on one port of a node, nothing inside Ray's worker port range, API
+  networks that parse.
+- Risky but legal choices are said out loud (``input_warnings``).
+
+Every function returns every problem at once, each naming the variable, the hosts when not every node, and the fix.
+"""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+import os
+import re
+
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+
+try:
+    import yaml
+except ImportError:  # only role_specs reads YAML; it runs on the controller, which has PyYAML with Ansible
+    yaml = None
+
+_HF_TOKEN_WAY = ('vllm_container_hf_token for vLLM, dgxspark_hf_token for the download (vaulted; each becomes a 0600 file '
+                 'read at start)')
+# Above it on unified memory: refused unless allowed (inventory_schema), warned when allowed.
+GPU_MEMORY_UTILIZATION_CEILING = 0.85
+# vLLM options (as an extra-args key: with or without --, dashes or underscores) that carry a secret.
+SECRET_OPTIONS = {
+    'api_key': 'vllm_container_api_key (vaulted; the role writes it to a 0600 file read at start as VLLM_API_KEY)',
+    'hf_token': _HF_TOKEN_WAY,
+}
+# Environment variables vLLM, Ray or the Hugging Face Hub read as a secret.
+SECRET_ENVIRONMENT = {
+    'VLLM_API_KEY': 'vllm_container_api_key (vaulted; the role writes it to a 0600 file read at start)',
+    'HF_TOKEN': _HF_TOKEN_WAY,
+    'HUGGING_FACE_HUB_TOKEN': _HF_TOKEN_WAY,
+    'HF_HUB_TOKEN': _HF_TOKEN_WAY,
+    'RAY_AUTH_TOKEN': 'ray_cluster_auth_token (vaulted; a 0600 file mounted read-only, RAY_AUTH_TOKEN_PATH)',
+}
+# The maps that end in a serving or helper container's argv or environment.
+OPTION_MAPS = ('vllm_container_extra_args', 'vllm_container_site_args', 'dgxspark_vllm_site_args')
+ENVIRONMENT_MAPS = ('vllm_container_extra_env', 'ray_cluster_extra_env', 'distribute_download_env', 'fabric_check_nccl_env')
+
+# The TCP ports each node opens, by the variable that sets them (ray_cluster_ports is a map of its own).
+SINGLE_PORTS = (
+    ('vllm_container_port', 'the vLLM API'),
+    ('fabric_check_nccl_port', "the NCCL test's rendezvous"),
+    ('fabric_check_ib_base_port', "ib_write_bw's first port"),
+)
+RAY_WORKER_RANGE = ('min_worker', 'max_worker')
+API_CIDR_VARIABLES = ('dgxspark_api_allowed_cidrs', 'node_firewall_api_allowed_cidrs')
+# Linux: IFNAMSIZ 16 with the NUL; written into netplan files, nft rules and NCCL_SOCKET_IFNAME, so nothing to quote.
+INTERFACE_NAME = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.-]{0,14}$')
+
+
+def _where(hosts, all_hosts):
+    return 'every node' if set(hosts) == set(all_hosts) else ', '.join(sorted(hosts))
+
+
+def _merge(found, all_hosts):
+    """{problem text: hosts} -> sorted lines, each saying where it was set."""
+    return ['%s (set on %s)' % (text, _where(hosts, all_hosts)) for text, hosts in sorted(found.items())]
+
+
+@functools.lru_cache(maxsize=None)
+def role_specs(root):
+    """{role: {variable: its option spec}} from every role's meta/argument_specs.yml (entry point main)."""
+    specs = {}
+    roles_dir = os.path.join(root, 'roles')
+    for role in sorted(os.listdir(roles_dir)) if os.path.isdir(roles_dir) else []:
+        path = os.path.join(roles_dir, role, 'meta', 'argument_specs.yml')
+        if not os.path.isfile(path):
+            continue
+        with open(path, 'r', encoding='utf-8') as handle:
+            data = yaml.safe_load(handle) or {}
+        specs[role] = dict(((data.get('argument_specs') or {}).get('main') or {}).get('options') or {})
+    return specs
+
+
+def _as_given(spec):
+    """An option's spec for a value the inventory set: not required, no default (both concern absent values)."""
+    given = dict((k, v) for k, v in spec.items() if k not in ('required', 'default', 'description', 'version_added'))
+    if isinstance(given.get('options'), dict):
+        given['options'] = dict((name, _strip_descriptions(sub)) for name, sub in given['options'].items())
+    return given
+
+
+def _strip_descriptions(spec):
+    spec = dict((k, v) for k, v in spec.items() if k not in ('description', 'version_added'))
+    if isinstance(spec.get('options'), dict):
+        spec['options'] = dict((name, _strip_descriptions(sub)) for name, sub in spec['options'].items())
+    return spec
+
+
+def spec_problems(values_by_host, specs):
+    """Each role variable a node has, checked against its role's argument spec.
+
+    values_by_host: {host: {variable: value}}; names no role declares are left to the misspelling check."""
+    options = dict((name, (role, spec)) for role, role_options in specs.items() for name, spec in role_options.items())
+    found = {}
+    for host, values in values_by_host.items():
+        for name in sorted(values):
+            if name not in options:
+                continue
+            role, spec = options[name]
+            result = ArgumentSpecValidator({name: _as_given(spec)}).validate({name: values[name]})
+            for message in result.error_messages:
+                text = '%s: %s; see the role %s (roles/%s/meta/argument_specs.yml) for what it takes' % (
+                    name, message, role, role)
+                found.setdefault(text, set()).add(host)
+    return _merge(found, values_by_host)
+
+
+def _option_key(key):
+    return str(key).lstrip('-').replace('-', '_').lower()
+
+
+def secret_problems(values_by_host):
+    """A secret given through an extra-args or extra-env map, refused with the supported way."""
+    found = {}
+    for host, values in values_by_host.items():
+        for variable in OPTION_MAPS:
+            for key in (values.get(variable) or {}) if isinstance(values.get(variable), dict) else {}:
+                if _option_key(key) in SECRET_OPTIONS:
+                    text = ('%s sets %s, a secret: it would sit in vLLM\'s argv (ps, docker inspect); remove it and set %s'
+                            % (variable, key, SECRET_OPTIONS[_option_key(key)]))
+                    found.setdefault(text, set()).add(host)
+        for variable in ENVIRONMENT_MAPS:
+            for key in (values.get(variable) or {}) if isinstance(values.get(variable), dict) else {}:
+                if str(key) in SECRET_ENVIRONMENT:
+                    text = ('%s sets %s, a secret: it would sit in the container\'s environment (docker inspect); remove it '
+                            'and set %s' % (variable, key, SECRET_ENVIRONMENT[str(key)]))
+                    found.setdefault(text, set()).add(host)
+    return _merge(found, values_by_host)
+
+
+def _port(value):
+    """An int port or None (the spec check reports a value of the wrong type)."""
+    try:
+        port = int(value)
+    except (TypeError, ValueError):
+        return None
+    return port if str(value).strip().lstrip('+').isdigit() else None
+
+
+def ray_ports_problems(given, ray_defaults):
+    """What is wrong with a ray_cluster_ports map the inventory gives: the role takes every key, each a port."""
+    if not isinstance(given, dict):
+        return []  # the spec check says it is no map
+    problems = []
+    missing = sorted(set(ray_defaults) - set(given))
+    unknown = sorted(set(given) - set(ray_defaults))
+    if missing:
+        problems.append('ray_cluster_ports lacks %s: the map replaces the role\'s whole default, so give every key (%s)'
+                        % (', '.join(missing), ', '.join('%s: %s' % (k, ray_defaults[k]) for k in sorted(ray_defaults))))
+    if unknown:
+        problems.append('ray_cluster_ports has %s, which Ray does not take here: the keys are %s'
+                        % (', '.join(str(k) for k in unknown), ', '.join(sorted(ray_defaults))))
+    for key in sorted(set(given) & set(ray_defaults)):
+        if _port(given[key]) is None:
+            problems.append('ray_cluster_ports.%s is %r, not a port number: use 1 to 65535' % (key, given[key]))
+    return problems
+
+
+def node_ports(values, ray_defaults, single_defaults):
+    """[(port, what)] a node opens, and (min, max) of Ray's worker range (or None): its values, else the defaults."""
+    ports = []
+    ray = values.get('ray_cluster_ports') if isinstance(values.get('ray_cluster_ports'), dict) else dict(ray_defaults)
+    for key in sorted(ray):
+        if key in RAY_WORKER_RANGE:
+            continue
+        port = _port(ray[key])
+        if port is not None:
+            ports.append((port, 'ray_cluster_ports.%s' % key))
+    for variable, what in SINGLE_PORTS:
+        port = _port(values.get(variable, single_defaults.get(variable)))
+        if port is not None:
+            ports.append((port, '%s (%s)' % (variable, what)))
+    ssh = values.get('node_firewall_ssh_port', values.get('ansible_port', 22))
+    if _port(ssh) is not None:
+        ports.append((_port(ssh), 'SSH (node_firewall_ssh_port, else ansible_port)'))
+    low, high = _port(ray.get('min_worker')), _port(ray.get('max_worker'))
+    return ports, ((low, high) if low is not None and high is not None else None)
+
+
+def port_problems(values_by_host, ray_defaults, single_defaults):
+    """Per node: ports outside 1-65535, two services on one port, a fixed port inside Ray's worker range."""
+    found = {}
+    for host, values in values_by_host.items():
+        for text in ray_ports_problems(values.get('ray_cluster_ports'), ray_defaults):
+            found.setdefault(text, set()).add(host)
+        for text in firewall_mismatches(values, ray_defaults, single_defaults):
+            found.setdefault(text, set()).add(host)
+        ports, workers = node_ports(values, ray_defaults, single_defaults)
+        by_port = {}
+        for port, what in ports:
+            if not 1 <= port <= 65535:
+                found.setdefault('%s is %d, not a TCP port: use 1 to 65535' % (what, port), set()).add(host)
+            by_port.setdefault(port, []).append(what)
+        for port, users in sorted(by_port.items()):
+            if len(users) > 1:
+                text = 'port %d is given to %s: give each service its own port' % (port, ' and '.join(users))
+                found.setdefault(text, set()).add(host)
+        if workers:
+            low, high = workers
+            if low > high:
+                found.setdefault('ray_cluster_ports: min_worker %d is above max_worker %d: give a range low to high'
+                                 % (low, high), set()).add(host)
+            for port, what in ports:
+                if low <= port <= high:
+                    text = ('%s is %d, inside Ray\'s worker port range %d-%d (ray_cluster_ports.min_worker/max_worker), '
+                            'where a Ray worker may already listen: move it out of the range' % (what, port, low, high))
+                    found.setdefault(text, set()).add(host)
+    return _merge(found, values_by_host)
+
+
+def firewall_mismatches(values, ray_defaults, single_defaults):
+    """The firewall's own copies of the ports (they default to the serving roles') set apart from what is served."""
+    problems = []
+    served = _port(values.get('vllm_container_port', single_defaults.get('vllm_container_port')))
+    guarded = values.get('node_firewall_api_port')
+    if guarded is not None and _port(guarded) != served:
+        problems.append('node_firewall_api_port is %s but vLLM listens on vllm_container_port %s: the firewall would guard '
+                        'the wrong port; remove node_firewall_api_port (it follows vllm_container_port)' % (guarded, served))
+    ray = values.get('ray_cluster_ports', ray_defaults)
+    opened = values.get('node_firewall_ray_ports')
+    if isinstance(opened, dict) and isinstance(ray, dict) and \
+            dict((k, _port(v)) for k, v in opened.items()) != dict((k, _port(v)) for k, v in ray.items()):
+        problems.append('node_firewall_ray_ports differs from ray_cluster_ports: the firewall would open other ports than Ray '
+                        'uses; remove node_firewall_ray_ports (it follows ray_cluster_ports)')
+    return problems
+
+
+def api_network_problems(values_by_host):
+    """API networks that do not parse as the firewall takes them (IPv4 networks, no host bits); returns (problems,
+    warnings): a network open to the world is legal, and said."""
+    problems, warnings = {}, {}
+    for host, values in values_by_host.items():
+        for variable in API_CIDR_VARIABLES:
+            given = values.get(variable)
+            if given is None:
+                continue
+            if isinstance(given, str) or not isinstance(given, (list, tuple)):
+                problems.setdefault('%s is %r: give a list of IPv4 networks like [10.0.0.0/24]' % (variable, given),
+                                    set()).add(host)
+                continue
+            for item in given:
+                text = _network_problem(variable, item)
+                if text:
+                    problems.setdefault(text, set()).add(host)
+                elif ipaddress.ip_network(str(item)).prefixlen == 0:
+                    warnings.setdefault('%s has %s: the vLLM API is open to every address that reaches the nodes'
+                                        % (variable, item), set()).add(host)
+    return _merge(problems, values_by_host), _merge(warnings, values_by_host)
+
+
+def _network_problem(variable, item):
+    """Why one API network is refused, or None. The firewall role takes IPv4 networks of two or more addresses."""
+    text = str(item).strip()
+    try:
+        net = ipaddress.ip_network(text, strict=False)
+    except ValueError:
+        return '%s has %r, not an IPv4 network: write it like 10.0.0.0/24' % (variable, item)
+    if net.version != 4:
+        return '%s has %s, an IPv6 network: the firewall takes IPv4 networks only' % (variable, text)
+    if '/' not in text or net.prefixlen == 32:
+        return '%s has %s, a single address: write the network it belongs to, like %s' % (
+            variable, text, ipaddress.ip_network(text.split('/')[0] + '/24', strict=False))
+    if str(net) != text:
+        return '%s has %s, which has host bits set: did you mean %s?' % (variable, text, net)
+    return None
+
+
+def interface_name_problem(where, name):
+    """Why a netdev name cannot be a Linux interface written into files and command lines, or None."""
+    if INTERFACE_NAME.match(str(name or '')):
+        return None
+    return ('%s is %r, not a Linux interface name: 1 to 15 letters, digits, _ . - (starting with a letter or digit), '
+            'as `ip link` shows it' % (where, name))
+
+
+def input_warnings(plan_variables, api_warnings):
+    """Legal but risky choices, one line each, for the plan table."""
+    warnings = list(api_warnings)
+    utilization = plan_variables.get('dgxspark_gpu_memory_utilization')
+    if plan_variables.get('dgxspark_allow_gpu_memory_utilization_above_ceiling') and utilization is not None \
+            and utilization > GPU_MEMORY_UTILIZATION_CEILING:
+        warnings.append('dgxspark_gpu_memory_utilization is %.2f, above the unified-memory ceiling %.2f (allowed by '
+                        'dgxspark_allow_gpu_memory_utilization_above_ceiling): the OS and Docker share that memory, '
+                        'an OOM at profiling is likely' % (utilization, GPU_MEMORY_UTILIZATION_CEILING))
+    if plan_variables.get('dgxspark_nccl_transport') == 'socket':
+        warnings.append('dgxspark_nccl_transport is socket: NCCL runs over TCP, a fraction of RoCE\'s bandwidth '
+                        '(a fallback, not a setting to keep)')
+    return warnings

@@ -1,0 +1,169 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""role_inputs: the roles' variables checked by the plan, with the roles' own argument specs (read from this checkout)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import yaml
+
+from ansible_collections.dgxspark.cluster.plugins.module_utils import role_inputs as ri
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SPECS = ri.role_specs(ROOT)
+RAY = dict(SPECS['ray_cluster']['ray_cluster_ports']['default'])
+SINGLE = {'vllm_container_port': 8000, 'fabric_check_nccl_port': 29533, 'fabric_check_ib_base_port': 20515}
+NODES = ('spark-alpha', 'spark-beta')
+
+
+def everywhere(**values):
+    return dict((node, dict(values)) for node in NODES)
+
+
+def test_specs_are_read_from_every_role_with_its_defaults():
+    with open(os.path.join(ROOT, 'roles', 'vllm_container', 'defaults', 'main.yml')) as handle:
+        defaults = yaml.safe_load(handle)
+    assert set(SPECS) == set(os.listdir(os.path.join(ROOT, 'roles')))
+    assert SPECS['vllm_container']['vllm_container_port']['default'] == defaults['vllm_container_port']
+    with open(os.path.join(ROOT, 'roles', 'ray_cluster', 'defaults', 'main.yml')) as handle:
+        assert RAY == yaml.safe_load(handle)['ray_cluster_ports']
+    options = dict((name, spec) for role in SPECS.values() for name, spec in role.items())
+    assert SINGLE == dict((name, options[name]['default']) for name, _what in ri.SINGLE_PORTS)
+
+
+@pytest.mark.parametrize('values, expected', [
+    ({'vllm_container_port': 8001, 'ray_cluster_restart_policy': 'always'}, []),
+    ({'vllm_container_port': '8001'}, []),  # a string of digits converts, as the role's own check takes it
+    ({'vllm_container_port': 'eight'}, ["vllm_container_port: argument 'vllm_container_port' is of type str and we were "
+                                        "unable to convert to int"]),
+    ({'ray_cluster_restart_policy': 'never'}, ['value of ray_cluster_restart_policy must be one of: always, unless-stopped, '
+                                               'on-failure, got: never; see the role ray_cluster']),
+    ({'vllm_container_extra_args': ['--max-num-seqs', '8']}, ['vllm_container_extra_args: argument '
+                                                              "'vllm_container_extra_args' is of type list"]),
+    ({'distribute_ssh_port': 'x22', 'os_hardening_swappiness': 'low'},
+     ["distribute_ssh_port: argument 'distribute_ssh_port' is of type str", 'roles/distribute/meta/argument_specs.yml',
+      "os_hardening_swappiness: argument 'os_hardening_swappiness' is of type str"]),
+    ({'some_other_thing': 'x'}, []),  # not a role's: the misspelling check names it
+])
+def test_role_variables_are_checked_against_their_role_s_spec(values, expected):
+    problems = ri.spec_problems(everywhere(**values), SPECS)
+    text = '\n'.join(problems)
+    for part in expected:
+        assert part in text, (part, text)
+    if not expected:
+        assert problems == []
+    assert all(p.endswith('(set on every node)') for p in problems)
+
+
+def test_a_problem_of_one_host_names_that_host():
+    values = {'spark-alpha': {'vllm_container_port': 8000}, 'spark-beta': {'vllm_container_port': 'x'}}
+    [problem] = ri.spec_problems(values, SPECS)
+    assert problem.startswith('vllm_container_port: ') and problem.endswith('(set on spark-beta)')
+
+
+@pytest.mark.parametrize('variable, key, way', [
+    ('vllm_container_extra_args', 'api_key', 'vllm_container_api_key'),
+    ('vllm_container_extra_args', '--api-key', 'vllm_container_api_key'),
+    ('vllm_container_site_args', 'hf-token', 'vllm_container_hf_token'),
+    ('dgxspark_vllm_site_args', '--hf_token', 'vllm_container_hf_token'),
+    ('vllm_container_extra_env', 'VLLM_API_KEY', 'vllm_container_api_key'),
+    ('vllm_container_extra_env', 'HF_TOKEN', 'dgxspark_hf_token'),
+    ('ray_cluster_extra_env', 'RAY_AUTH_TOKEN', 'ray_cluster_auth_token'),
+    ('distribute_download_env', 'HUGGING_FACE_HUB_TOKEN', 'dgxspark_hf_token'),
+    ('fabric_check_nccl_env', 'HF_HUB_TOKEN', 'dgxspark_hf_token'),
+])
+def test_a_secret_in_an_extra_map_is_refused_with_the_supported_way(variable, key, way):
+    [problem] = ri.secret_problems(everywhere(**{variable: {key: 'hunter2'}}))
+    assert problem.startswith('%s sets %s, a secret' % (variable, key)) and way in problem
+    assert 'hunter2' not in problem
+
+
+@pytest.mark.parametrize('values', [
+    {'vllm_container_extra_args': {'max_num_seqs': 8, 'api_server_count': 2}},
+    {'vllm_container_extra_env': {'VLLM_API_KEY_FILE': '/run/key', 'HF_HOME': '/models'}},  # paths, not secrets
+    {'ray_cluster_extra_env': {'RAY_AUTH_TOKEN_PATH': '/etc/dgxspark/secrets/ray_token'}},
+    {'vllm_container_extra_args': 'not a map'},  # the spec check says it
+])
+def test_what_is_no_secret_passes(values):
+    assert ri.secret_problems(everywhere(**values)) == []
+
+
+@pytest.mark.parametrize('values, expected', [
+    ({}, []),
+    ({'vllm_container_port': 8080, 'fabric_check_nccl_port': 29600}, []),
+    ({'vllm_container_port': 6379}, ['port 6379 is given to ray_cluster_ports.gcs and vllm_container_port (the vLLM API)']),
+    ({'vllm_container_port': 22}, ['port 22 is given to vllm_container_port (the vLLM API) and SSH']),
+    ({'ansible_port': 8000}, ['port 8000 is given to vllm_container_port (the vLLM API) and SSH']),
+    ({'fabric_check_nccl_port': 12000}, ["fabric_check_nccl_port (the NCCL test's rendezvous) is 12000, inside Ray's worker "
+                                         "port range 10002-19999"]),
+    ({'fabric_check_ib_base_port': 18515}, ["fabric_check_ib_base_port (ib_write_bw's first port) is 18515, inside Ray's"]),
+    ({'vllm_container_port': 70000}, ['vllm_container_port (the vLLM API) is 70000, not a TCP port: use 1 to 65535']),
+    ({'ray_cluster_ports': dict(RAY, min_worker=21000, max_worker=21999)}, []),
+    # a moved worker range meets a default of another role
+    ({'ray_cluster_ports': dict(RAY, min_worker=20000, max_worker=20999)},
+     ["fabric_check_ib_base_port (ib_write_bw's first port) is 20515, inside Ray's worker port range 20000-20999"]),
+    ({'ray_cluster_ports': dict(RAY, max_worker=10000)}, ['min_worker 10002 is above max_worker 10000']),
+    ({'ray_cluster_ports': {'gcs': 6390}}, ['ray_cluster_ports lacks client_server, dashboard, dashboard_agent_grpc']),
+    ({'ray_cluster_ports': dict(RAY, gsc=6390)}, ['ray_cluster_ports has gsc, which Ray does not take here']),
+    ({'ray_cluster_ports': dict(RAY, gcs='six')}, ["ray_cluster_ports.gcs is 'six', not a port number"]),
+    ({'ray_cluster_ports': dict(RAY, dashboard=6379)}, ['port 6379 is given to ray_cluster_ports.dashboard and '
+                                                        'ray_cluster_ports.gcs']),
+    ({'node_firewall_api_port': 8001}, ['node_firewall_api_port is 8001 but vLLM listens on vllm_container_port 8000']),
+    ({'node_firewall_api_port': 8001, 'vllm_container_port': 8001}, []),
+    ({'node_firewall_ray_ports': dict(RAY, gcs=6390)}, ['node_firewall_ray_ports differs from ray_cluster_ports']),
+])
+def test_ports_of_a_node(values, expected):
+    problems = ri.port_problems(everywhere(**values), RAY, SINGLE)
+    text = '\n'.join(problems)
+    assert len(problems) == len(expected), text
+    for part in expected:
+        assert part in text, (part, text)
+
+
+def test_the_defaults_of_every_role_share_no_port():
+    assert ri.port_problems(everywhere(), RAY, SINGLE) == []
+
+
+@pytest.mark.parametrize('cidrs, problems, warnings', [
+    (['10.0.0.0/24', '192.168.0.0/16'], [], []),
+    (['0.0.0.0/0'], [], ['dgxspark_api_allowed_cidrs has 0.0.0.0/0: the vLLM API is open to every address']),
+    (['10.0.0.1/24'], ['has 10.0.0.1/24, which has host bits set: did you mean 10.0.0.0/24?'], []),
+    (['10.0.0.7'], ['has 10.0.0.7, a single address: write the network it belongs to, like 10.0.0.0/24'], []),
+    (['10.0.0.7/32'], ['has 10.0.0.7/32, a single address'], []),
+    (['fd00::/64'], ['has fd00::/64, an IPv6 network: the firewall takes IPv4 networks only'], []),
+    (['office'], ["has 'office', not an IPv4 network: write it like 10.0.0.0/24"], []),
+    ('10.0.0.0/24', ["dgxspark_api_allowed_cidrs is '10.0.0.0/24': give a list of IPv4 networks like [10.0.0.0/24]"], []),
+])
+def test_api_networks(cidrs, problems, warnings):
+    got_problems, got_warnings = ri.api_network_problems(everywhere(dgxspark_api_allowed_cidrs=cidrs))
+    assert len(got_problems) == len(problems) and len(got_warnings) == len(warnings), (got_problems, got_warnings)
+    for part, line in zip(problems + warnings, got_problems + got_warnings):
+        assert part in line and line.endswith('(set on every node)'), (part, line)
+
+
+@pytest.mark.parametrize('name, ok', [
+    ('enp1s0f1np1', True), ('enP2p1s0f1np1', True), ('bond0.100', True), ('eth-rail_1', True),
+    ('enP2p1s0f1np1x1', True), ('enP2p1s0f1np1x12', False),  # 16 characters: Linux takes 15
+    ('', False), ('en p1', False), ('en/p1', False), ('enp1;reboot', False), ('-enp1', False), (None, False),
+])
+def test_interface_names(name, ok):
+    problem = ri.interface_name_problem('dgxspark_rails[0] (rail1).interface', name)
+    assert (problem is None) is ok, problem
+    if not ok:
+        assert problem.startswith('dgxspark_rails[0] (rail1).interface is %r, not a Linux interface name' % (name,))
+
+
+@pytest.mark.parametrize('variables, api_warnings, expected', [
+    ({'dgxspark_gpu_memory_utilization': 0.85, 'dgxspark_nccl_transport': 'rdma'}, [], []),
+    ({'dgxspark_gpu_memory_utilization': 0.92, 'dgxspark_allow_gpu_memory_utilization_above_ceiling': True},
+     [], ['dgxspark_gpu_memory_utilization is 0.92, above the unified-memory ceiling 0.85']),
+    ({'dgxspark_nccl_transport': 'socket'}, [], ['dgxspark_nccl_transport is socket: NCCL runs over TCP']),
+    ({}, ['open to every address'], ['open to every address']),
+])
+def test_risky_choices_are_said(variables, api_warnings, expected):
+    warnings = ri.input_warnings(variables, api_warnings)
+    assert len(warnings) == len(expected)
+    for part, line in zip(expected, warnings):
+        assert part in line
