@@ -28,7 +28,7 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils.inventory_names i
 )
 
 # Variables the roles' checks read besides the roles' own (the roles default to them).
-ROLE_INPUT_EXTRAS = ('dgxspark_api_allowed_cidrs', 'dgxspark_vllm_site_args', 'ansible_port')
+ROLE_INPUT_EXTRAS = ('dgxspark_api_allowed_cidrs', 'dgxspark_vllm_site_args', 'ansible_port', 'ansible_host')
 
 # plugins/action/cluster_plan.py -> the collection root is two directories above plugins/action.
 COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -145,6 +145,9 @@ class ActionModule(ActionBase):
                 self._templar.template(task_vars.get('dgxspark_site_patches') or []),
                 os.path.abspath(os.path.expanduser(str(site_dir))) if site_dir else '', plan['patches'])
             problems.extend(site_problems)
+            problems.extend(role_inputs.management_overlap_problems(
+                dict((host, values['ansible_host']) for host, values in role_values.items() if 'ansible_host' in values),
+                plan['rails']))
         result['changed'] = False
         if problems:
             result['failed'] = True

@@ -279,6 +279,23 @@ def _network_problem(variable, item):
     return None
 
 
+def management_overlap_problems(management_by_host, rails):
+    """A node whose management address (ansible_host, when it is an address) lies in a rail's subnet: the rails need
+    subnets of their own, or the kernel routes Ansible, Ray and NCCL over whichever interface it meets first."""
+    problems = []
+    for host, address in sorted(management_by_host.items()):
+        try:
+            ip = ipaddress.ip_address(str(address))
+        except ValueError:
+            continue  # a name: resolved on the way, nothing to compare here
+        for rail in rails:
+            if ip.version == 4 and ip in ipaddress.ip_network(rail['subnet']):
+                problems.append('%s: its management address %s (ansible_host) is inside %s\'s subnet %s: give the rails '
+                                'subnets no other network of the nodes uses (dgxspark_rails)' % (host, ip, rail['name'],
+                                                                                          rail['subnet']))
+    return problems
+
+
 def interface_name_problem(where, name):
     """Why a netdev name cannot be a Linux interface written into files and command lines, or None."""
     if INTERFACE_NAME.match(str(name or '')):

@@ -167,3 +167,22 @@ def test_risky_choices_are_said(variables, api_warnings, expected):
     assert len(warnings) == len(expected)
     for part, line in zip(expected, warnings):
         assert part in line
+
+
+RAILS = [{'name': 'rail1', 'subnet': '192.168.100.0/24'}, {'name': 'rail2', 'subnet': '192.168.101.0/24'}]
+
+
+@pytest.mark.parametrize('management, expected', [
+    ({'spark-alpha': '10.0.0.10', 'spark-beta': 'spark-beta.lan'}, []),
+    ({'spark-alpha': '192.168.100.5'}, ["spark-alpha: its management address 192.168.100.5 (ansible_host) is inside rail1's "
+                                        "subnet 192.168.100.0/24"]),
+    ({'spark-alpha': '192.168.101.200', 'spark-beta': '192.168.100.9'},
+     ["spark-alpha: its management address 192.168.101.200 (ansible_host) is inside rail2's",
+      "spark-beta: its management address 192.168.100.9 (ansible_host) is inside rail1's"]),
+    ({'spark-alpha': 'fe80::1'}, []),
+])
+def test_management_addresses_stay_out_of_the_rails(management, expected):
+    problems = ri.management_overlap_problems(management, RAILS)
+    assert len(problems) == len(expected), problems
+    for part, line in zip(expected, problems):
+        assert line.startswith(part), (part, line)
