@@ -273,7 +273,7 @@ def _network_problem(variable, item):
         return '%s has %s, an IPv6 network: the firewall takes IPv4 networks only' % (variable, text)
     if '/' not in text or net.prefixlen == 32:
         return '%s has %s, a single address: write the network it belongs to, like %s' % (
-            variable, text, ipaddress.ip_network(text.split('/')[0] + '/24', strict=False))
+            variable, text, ipaddress.ip_network(text.split('/', 1)[0] + '/24', strict=False))
     if str(net) != text:
         return '%s has %s, which has host bits set: did you mean %s?' % (variable, text, net)
     return None
@@ -291,8 +291,8 @@ def management_overlap_problems(management_by_host, rails):
         for rail in rails:
             if ip.version == 4 and ip in ipaddress.ip_network(rail['subnet']):
                 problems.append('%s: its management address %s (ansible_host) is inside %s\'s subnet %s: give the rails '
-                                'subnets no other network of the nodes uses (dgxspark_rails)' % (host, ip, rail['name'],
-                                                                                          rail['subnet']))
+                                'subnets no other network of the nodes uses (dgxspark_rails)'
+                                % (host, ip, rail['name'], rail['subnet']))
     return problems
 
 
