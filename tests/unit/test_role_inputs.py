@@ -186,3 +186,15 @@ def test_management_addresses_stay_out_of_the_rails(management, expected):
     assert len(problems) == len(expected), problems
     for part, line in zip(expected, problems):
         assert line.startswith(part), (part, line)
+
+
+def test_every_variable_the_checks_name_is_a_role_s_or_the_collection_s():
+    """The cross-checks name variables; a renamed role variable must not leave a check reading nothing."""
+    options = set(name for role in SPECS.values() for name in role)
+    named = [name for name, _what in ri.SINGLE_PORTS] + list(ri.OPTION_MAPS) + list(ri.ENVIRONMENT_MAPS) + \
+        ['ray_cluster_ports', 'node_firewall_api_port', 'node_firewall_ray_ports', 'node_firewall_api_allowed_cidrs',
+         'vllm_container_api_key', 'vllm_container_hf_token', 'ray_cluster_auth_token']
+    assert [name for name in named if not name.startswith('dgxspark_') and name not in options] == []
+    from ansible_collections.dgxspark.cluster.plugins.module_utils import inventory_names  # pylint: disable=C0415
+    known = inventory_names.known_names(ROOT)
+    assert [name for name in named + list(ri.API_CIDR_VARIABLES) + ['dgxspark_hf_token'] if name not in known] == []
