@@ -56,6 +56,26 @@ SINGLE_PORTS = (
     ('fabric_check_ib_base_port', "ib_write_bw's first port"),
 )
 RAY_WORKER_RANGE = ('min_worker', 'max_worker')
+# Bounds the argument specs cannot state (they type a value, not its range): (lowest, highest or None, why).
+BOUNDS = {
+    'os_hardening_swappiness': (0, 200, 'vm.swappiness takes 0 to 200'),
+    'os_hardening_swap_min_gib': (0, None, 'a size'),
+    'ray_cluster_num_gpus': (1, None, 'a DGX Spark has one GPU'),
+    'ray_cluster_object_store_memory': (78643200, None, "Ray's smallest object store is 75 MiB"),
+    'ray_cluster_ready_timeout': (1, None, 'seconds'),
+    'vllm_container_ready_timeout': (1, None, 'seconds'),
+    'vllm_container_stall_timeout': (1, None, 'seconds'),
+    'vllm_container_progress_interval': (1, None, 'seconds'),
+    'distribute_progress_interval': (1, None, 'seconds'),
+    'distribute_stall_timeout': (1, None, 'seconds'),
+    'distribute_timeout': (1, None, 'seconds'),
+    'distribute_reserve_bytes': (0, None, 'bytes'),
+    'fabric_check_ping_count': (1, None, 'a count'),
+    'fabric_check_ib_duration': (1, None, 'seconds'),
+    'fabric_check_ib_qps': (1, None, 'a count of queue pairs'),
+    'fabric_check_nccl_memory_fraction': (0.01, 0.9, 'a fraction of the node memory, leaving room for the OS'),
+}
+EPHEMERAL_PORTS = 'node_firewall_ephemeral_ports'
 API_CIDR_VARIABLES = ('dgxspark_api_allowed_cidrs', 'node_firewall_api_allowed_cidrs')
 # Linux: IFNAMSIZ 16 with the NUL; written into netplan files, nft rules and NCCL_SOCKET_IFNAME, so nothing to quote.
 INTERFACE_NAME = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.-]{0,14}$')
@@ -115,6 +135,36 @@ def spec_problems(values_by_host, specs):
             for message in result.error_messages:
                 text = '%s: %s; see the role %s (roles/%s/meta/argument_specs.yml) for what it takes' % (
                     name, message, role, role)
+                found.setdefault(text, set()).add(host)
+    return _merge(found, values_by_host)
+
+
+def _number(value):
+    if isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None  # the spec check names a value of the wrong type
+
+
+def bound_problems(values_by_host):
+    """Numbers outside what the kernel, Ray or the role takes (BOUNDS), and the firewall's ephemeral range."""
+    found = {}
+    for host, values in values_by_host.items():
+        for name, (low, high, why) in sorted(BOUNDS.items()):
+            number = _number(values.get(name))
+            if number is None or (number >= low and (high is None or number <= high)):
+                continue
+            text = '%s is %s: use %s (%s)' % (name, values[name], ('%s to %s' % (low, high)) if high is not None
+                                              else 'at least %s' % low, why)
+            found.setdefault(text, set()).add(host)
+        given = values.get(EPHEMERAL_PORTS)
+        if given is not None:
+            match = re.match(r'^\s*(\d+)\s*-\s*(\d+)\s*$', str(given))
+            if not match or not 1 <= int(match.group(1)) <= int(match.group(2)) <= 65535:
+                text = ('%s is %r: give the kernel\'s ephemeral range as LOW-HIGH (cat /proc/sys/net/ipv4/ip_local_port_range; '
+                        'the default is 32768-60999)' % (EPHEMERAL_PORTS, given))
                 found.setdefault(text, set()).add(host)
     return _merge(found, values_by_host)
 

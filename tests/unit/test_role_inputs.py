@@ -198,3 +198,29 @@ def test_every_variable_the_checks_name_is_a_role_s_or_the_collection_s():
     from ansible_collections.dgxspark.cluster.plugins.module_utils import inventory_names  # pylint: disable=C0415
     known = inventory_names.known_names(ROOT)
     assert [name for name in named + list(ri.API_CIDR_VARIABLES) + ['dgxspark_hf_token'] if name not in known] == []
+
+
+@pytest.mark.parametrize('values, expected', [
+    ({'os_hardening_swappiness': 1, 'ray_cluster_object_store_memory': 100000000, 'node_firewall_ephemeral_ports': '32768-60999'},
+     []),
+    ({'ray_cluster_object_store_memory': None}, []),  # Ray's own default
+    ({'os_hardening_swappiness': 250}, ['os_hardening_swappiness is 250: use 0 to 200 (vm.swappiness takes 0 to 200)']),
+    ({'vllm_container_stall_timeout': 0}, ['vllm_container_stall_timeout is 0: use at least 1 (seconds)']),
+    ({'ray_cluster_num_gpus': 0}, ['ray_cluster_num_gpus is 0: use at least 1 (a DGX Spark has one GPU)']),
+    ({'ray_cluster_object_store_memory': 1000000}, ["ray_cluster_object_store_memory is 1000000: use at least 78643200 (Ray's"]),
+    ({'fabric_check_nccl_memory_fraction': 0.95}, ['fabric_check_nccl_memory_fraction is 0.95: use 0.01 to 0.9']),
+    ({'vllm_container_ready_timeout': 'soon'}, []),  # a wrong type is the spec check's
+    ({'node_firewall_ephemeral_ports': '60999-32768'}, ["node_firewall_ephemeral_ports is '60999-32768': give the kernel's"]),
+    ({'node_firewall_ephemeral_ports': '32768:60999'}, ["node_firewall_ephemeral_ports is '32768:60999'"]),
+])
+def test_bounds(values, expected):
+    problems = ri.bound_problems(everywhere(**values))
+    assert len(problems) == len(expected), problems
+    for part, line in zip(expected, problems):
+        assert line.startswith(part) and line.endswith('(set on every node)'), (part, line)
+
+
+def test_every_bounded_variable_is_a_number_of_its_role():
+    options = dict((name, spec) for role in SPECS.values() for name, spec in role.items())
+    assert dict((name, options[name]['type']) for name in ri.BOUNDS if options[name]['type'] not in ('int', 'float')) == {}
+    assert options[ri.EPHEMERAL_PORTS]['type'] == 'str'
