@@ -128,7 +128,7 @@ class ActionModule(ActionBase):
         # The roles' variables: each against its role's argument spec, secrets in extra maps, ports, API networks.
         specs = role_inputs.role_specs(COLLECTION_ROOT)
         problems.extend(role_inputs.spec_problems(role_values, specs))
-        problems.extend(role_inputs.bound_problems(role_values))
+        problems.extend(role_inputs.value_problems(role_values))
         problems.extend(role_inputs.secret_problems(role_values))
         problems.extend(role_inputs.port_problems(role_values, *port_defaults(specs)))
         network_problems, network_warnings = role_inputs.api_network_problems(role_values)

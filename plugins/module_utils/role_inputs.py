@@ -76,6 +76,12 @@ BOUNDS = {
     'fabric_check_nccl_memory_fraction': (0.01, 0.9, 'a fraction of the node memory, leaving room for the OS'),
 }
 EPHEMERAL_PORTS = 'node_firewall_ephemeral_ports'
+# Names written into docker commands, systemd units and files: what Docker and systemd take, nothing to quote.
+NAMES = {
+    'ray_cluster_container_name': (re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.-]*$'), 'a Docker container name'),
+    'vllm_container_name': (re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.-]*$'), 'a Docker container name'),
+    'node_firewall_service': (re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.:-]*$'), 'a systemd unit name'),
+}
 API_CIDR_VARIABLES = ('dgxspark_api_allowed_cidrs', 'node_firewall_api_allowed_cidrs')
 # Linux: IFNAMSIZ 16 with the NUL; written into netplan files, nft rules and NCCL_SOCKET_IFNAME, so nothing to quote.
 INTERFACE_NAME = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.-]{0,14}$')
@@ -148,8 +154,9 @@ def _number(value):
         return None  # the spec check names a value of the wrong type
 
 
-def bound_problems(values_by_host):
-    """Numbers outside what the kernel, Ray or the role takes (BOUNDS), and the firewall's ephemeral range."""
+def value_problems(values_by_host):
+    """Numbers outside what the kernel, Ray or the role takes (BOUNDS), names Docker or systemd would refuse or that
+    collide (NAMES), and the firewall's ephemeral range."""
     found = {}
     for host, values in values_by_host.items():
         for name, (low, high, why) in sorted(BOUNDS.items()):
@@ -158,6 +165,16 @@ def bound_problems(values_by_host):
                 continue
             text = '%s is %s: use %s (%s)' % (name, values[name], ('%s to %s' % (low, high)) if high is not None
                                               else 'at least %s' % low, why)
+            found.setdefault(text, set()).add(host)
+        for name, (pattern, what) in sorted(NAMES.items()):
+            if name in values and not pattern.match(str(values[name])):
+                text = '%s is %r, not %s: letters, digits, _ . - (starting with a letter or digit)' % (name, values[name], what)
+                found.setdefault(text, set()).add(host)
+        containers = [values.get(name, default) for name, default in (('ray_cluster_container_name', 'dgxspark-ray'),
+                                                                      ('vllm_container_name', 'dgxspark-vllm'))]
+        if containers[0] == containers[1]:
+            text = ('ray_cluster_container_name and vllm_container_name are both %r: the head runs both containers, give '
+                    'each its own name' % containers[0])
             found.setdefault(text, set()).add(host)
         given = values.get(EPHEMERAL_PORTS)
         if given is not None:

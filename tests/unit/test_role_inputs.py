@@ -212,9 +212,13 @@ def test_every_variable_the_checks_name_is_a_role_s_or_the_collection_s():
     ({'vllm_container_ready_timeout': 'soon'}, []),  # a wrong type is the spec check's
     ({'node_firewall_ephemeral_ports': '60999-32768'}, ["node_firewall_ephemeral_ports is '60999-32768': give the kernel's"]),
     ({'node_firewall_ephemeral_ports': '32768:60999'}, ["node_firewall_ephemeral_ports is '32768:60999'"]),
+    ({'vllm_container_name': 'vllm-0.33', 'node_firewall_service': 'dgxspark-fw'}, []),
+    ({'vllm_container_name': 'vllm; rm -rf /'}, ["vllm_container_name is 'vllm; rm -rf /', not a Docker container name"]),
+    ({'node_firewall_service': 'fw unit'}, ["node_firewall_service is 'fw unit', not a systemd unit name"]),
+    ({'vllm_container_name': 'dgxspark-ray'}, ["ray_cluster_container_name and vllm_container_name are both 'dgxspark-ray'"]),
 ])
-def test_bounds(values, expected):
-    problems = ri.bound_problems(everywhere(**values))
+def test_values(values, expected):
+    problems = ri.value_problems(everywhere(**values))
     assert len(problems) == len(expected), problems
     for part, line in zip(expected, problems):
         assert line.startswith(part) and line.endswith('(set on every node)'), (part, line)
@@ -224,3 +228,6 @@ def test_every_bounded_variable_is_a_number_of_its_role():
     options = dict((name, spec) for role in SPECS.values() for name, spec in role.items())
     assert dict((name, options[name]['type']) for name in ri.BOUNDS if options[name]['type'] not in ('int', 'float')) == {}
     assert options[ri.EPHEMERAL_PORTS]['type'] == 'str'
+    assert dict((name, options[name]['type']) for name in ri.NAMES) == dict((name, 'str') for name in ri.NAMES)
+    assert (options['ray_cluster_container_name']['default'], options['vllm_container_name']['default']) == \
+        ('dgxspark-ray', 'dgxspark-vllm')
