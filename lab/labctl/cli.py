@@ -4,7 +4,7 @@ import argparse
 import os
 import sys
 
-from .constants import DEFAULT_NODES, LabError
+from .constants import DEFAULT_NODES, REBOOT_DOWN_S, LabError
 from .commands import (
     cmd_attach, cmd_build, cmd_down, cmd_driver, cmd_inventory, cmd_load_image, cmd_memory, cmd_mgmt, cmd_rail,
     cmd_reset, cmd_restart, cmd_serving, cmd_status, cmd_up,
@@ -38,8 +38,10 @@ def main(argv=None):
     p = sub.add_parser("attach")
     p.add_argument("node")
     p.set_defaults(func=lambda a: cmd_attach(a, False))
-    p = sub.add_parser("restart")
+    p = sub.add_parser("restart", help="reboot a node: down for --down-s seconds, like a machine, then up")
     p.add_argument("node")
+    p.add_argument("--down-s", type=float, default=REBOOT_DOWN_S,
+                   help="seconds the node stays down (default %(default)s: a DGX Spark's reboot takes minutes)")
     p.set_defaults(func=cmd_restart)
     p = sub.add_parser("reset", help="recreate nodes from the image (fresh filesystem, same keys and address)")
     p.add_argument("node", nargs="+")

@@ -250,7 +250,11 @@ def cmd_attach(args, detached):
 def cmd_restart(args):
     with state_lock():
         state = require_state(args.node)
-        docker("restart", "-t", "10", container_name(args.node))
+        docker("stop", "-t", "10", container_name(args.node))
+        # Down as long as a machine's reboot at least: a node back within seconds meets its own old incarnation in
+        # Ray (not yet marked dead), which no hardware does.
+        time.sleep(max(0.0, args.down_s))
+        docker("start", container_name(args.node))
         plumb_fabric(args.node, state)
     results = wait_nodes([args.node])
     sysstate, ssh_ok, failed = results[args.node]

@@ -53,6 +53,9 @@ BRIDGES = {1: "dsl-rail1", 2: "dsl-rail2"}
 RAIL_SUBNETS = {1: "192.168.100.0/24", 2: "192.168.101.0/24"}
 RAIL_ADDRESS_OFFSET = 10
 HOST_MTU = 9000
+# How long `restart` keeps a node down: longer than Ray takes to mark a silent node dead (its health checks, about
+# 20 s), shorter than a real DGX Spark's reboot (minutes), so that tests stay quick and no node meets its own ghost.
+REBOOT_DOWN_S = 45
 NODE_START_MTU = 1500
 
 CAPABILITIES = ("SYS_ADMIN", "NET_ADMIN", "NET_RAW", "MKNOD", "SYS_PTRACE", "IPC_LOCK", "SYS_CHROOT",
