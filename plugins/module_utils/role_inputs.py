@@ -111,19 +111,16 @@ def role_specs(root):
     return specs
 
 
-def _as_given(spec):
-    """An option's spec for a value the inventory set: not required, no default (both concern absent values)."""
-    given = dict((k, v) for k, v in spec.items() if k not in ('required', 'default', 'description', 'version_added'))
-    if isinstance(given.get('options'), dict):
-        given['options'] = dict((name, _strip_descriptions(sub)) for name, sub in given['options'].items())
-    return given
-
-
-def _strip_descriptions(spec):
+def _without_descriptions(spec):
     spec = dict((k, v) for k, v in spec.items() if k not in ('description', 'version_added'))
     if isinstance(spec.get('options'), dict):
-        spec['options'] = dict((name, _strip_descriptions(sub)) for name, sub in spec['options'].items())
+        spec['options'] = dict((name, _without_descriptions(sub)) for name, sub in spec['options'].items())
     return spec
+
+
+def _as_given(spec):
+    """An option's spec for a value the inventory set: not required, no default (both concern absent values)."""
+    return dict((k, v) for k, v in _without_descriptions(spec).items() if k not in ('required', 'default'))
 
 
 def spec_problems(values_by_host, specs):
