@@ -49,7 +49,7 @@ sanity: setup system-deps
 	bash tools/sanity.sh
 
 unit: setup
-	$(PYTEST) tests/unit tests/lab/test_labctl_unit.py
+	$(PYTEST) -n auto tests/unit tests/lab/test_labctl_unit.py
 
 serving-tests: setup serving-venv
 	$(PYTEST) tests/serving

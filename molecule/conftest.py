@@ -17,10 +17,10 @@ def converge_playbook():
     return None
 
 
-@pytest.fixture(name="check_diff_run", scope="module")
+@pytest.fixture(name="check_diff_run", scope="session")
 def fixture_check_diff_run():
     """One `--check --diff` run of the converge playbook on every converged node (roles that need the whole
-    cluster in the play get it); tests read each host's PLAY RECAP line from it."""
+    cluster in the play get it), once per scenario; tests read each host's PLAY RECAP line from it."""
     inventory = os.environ.get("MOLECULE_INVENTORY_FILE")
     playbook = converge_playbook()
     if not inventory or not playbook:

@@ -11,7 +11,7 @@ t() { tools/timed.sh "$@"; }
 t yamllint .venv/bin/yamllint --strict .
 t ansible-lint env PATH="$PWD/.venv/bin:$PATH" .venv/bin/ansible-lint --profile production --nocolor
 t sanity bash tools/sanity.sh
-t unit .venv/bin/pytest tests/unit tests/lab/test_labctl_unit.py
+t unit .venv/bin/pytest -n auto tests/unit tests/lab/test_labctl_unit.py
 t serving .venv/bin/pytest tests/serving
 t build bash -c 'rm -rf .build/dist && mkdir -p .build/dist && .venv/bin/ansible-galaxy collection build --output-path .build/dist .'
 t lab-up bash -c 'bash lab/ensure-docker.sh && .venv/bin/python lab/labctl.py up --nodes 4 --serving'

@@ -1,8 +1,9 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Testinfra checks of the ray_cluster scenario: one Ray container per node, each with its own rail-1 address as
-VLLM_HOST_IP and --node-ip-address, the non-carry-over file, token authentication with the token only in a 0600 file,
-every planned node alive in Ray with one GPU, and a converged node that --check --diff leaves unchanged."""
+"""Testinfra checks of ray_cluster in the serving scenario: one Ray container per node, each with its own rail-1
+address as VLLM_HOST_IP and --node-ip-address, the non-carry-over file, token authentication with the token only in
+a 0600 file, every planned node alive in Ray with one GPU (--check --diff of the converged scenario: see
+test_vllm_container.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import shlex
 
 import pytest
 
-from conftest import recap_line
 
 testinfra_hosts = ["ansible://all"]
 CONTAINER = "dgxspark-ray"
@@ -76,7 +76,7 @@ def test_token_only_in_a_0600_file(host):
 
 
 def test_non_carry_over_list_names_the_per_host_keys(host):
-    # The vLLM container writes it to $VLLM_CONFIG_ROOT/ray_non_carry_over_env_vars.json at start (vllm_container scenario).
+    # The vLLM container writes it to $VLLM_CONFIG_ROOT/ray_non_carry_over_env_vars.json at start (test_vllm_container.py).
     env = env_of(inspect(host))
     names = json.loads(env["DGXSPARK_RAY_NON_CARRY_OVER"])
     for key in ("VLLM_HOST_IP", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_IB_HCA", "VLLM_API_KEY"):
@@ -99,9 +99,3 @@ def test_no_dashboard_and_fixed_ports(host, plan):
         assert ":6379 " in listening
     assert ":6380 " in listening and ":6381 " in listening
 
-
-def test_check_diff_changes_nothing(host, check_diff_run):
-    name = host.ansible.get_variables()["inventory_hostname"]
-    line = recap_line(check_diff_run, name)
-    assert line is not None, check_diff_run.stdout[-3000:]
-    assert " changed=0 " in line and " failed=0 " in line, line

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Testinfra checks of the vllm_container scenario: the endpoint answers with the key and refuses without it (401,
+"""Testinfra checks of vllm_container in the serving scenario: the endpoint answers with the key and refuses without it (401,
 /health open), the served name is listed, the key is in a 0600 file only (never in docker inspect, ps or the log),
 and --check --diff on the converged cluster changes nothing."""
 
