@@ -68,10 +68,29 @@ def test_ansible_doc_renders_with_examples_and_return(plugin_type, name):
     assert doc["return"]
 
 
+# Where the playbooks write on the controller (benchmark.yml: results/; bundles: diagnostics/), gitignored.
+CONTROLLER_OUTPUT = ("results", "diagnostics")
+
+
 @pytest.fixture(scope="module")
 def built_collection(tmp_path_factory):
     out = tmp_path_factory.mktemp("dist")
-    run([BIN / "ansible-galaxy", "collection", "build", "--output-path", out, REPO])
+    # A checkout that has been used: an earlier run's files in each output directory, removed again afterwards.
+    planted = []
+    for directory in CONTROLLER_OUTPUT:
+        marker = REPO / directory / "dgxspark-packaging-test" / "results.json"
+        if not marker.exists():
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.write_text("{}")
+            planted.append(marker)
+    try:
+        run([BIN / "ansible-galaxy", "collection", "build", "--output-path", out, REPO])
+    finally:
+        for marker in planted:
+            marker.unlink()
+            for directory in (marker.parent, marker.parent.parent):
+                if not any(directory.iterdir()):
+                    directory.rmdir()
     tarballs = list(out.glob("dgxspark-cluster-*.tar.gz"))
     assert len(tarballs) == 1
     return tarballs[0]
@@ -84,7 +103,7 @@ def test_tarball_holds_plugins_and_profiles_but_not_test_beds(built_collection):
     assert "plugins/module_utils/cluster_plan.py" in names
     assert "profiles/models/qwen3_5_397b_a17b_fp8.yml" in names
     assert "playbooks/plan.yml" in names
-    for prefix in ("tests/", "lab/", "bench/", "molecule/", "tools/", ".venv/", ".build/"):
+    for prefix in ("tests/", "lab/", "bench/", "molecule/", "tools/", ".venv/", ".build/") + tuple(d + "/" for d in CONTROLLER_OUTPUT):
         assert not any(n.startswith(prefix) for n in names), prefix
     # The checkout's ansible.cfg points at the checkout's own link; it means nothing once installed.
     assert "ansible.cfg" not in names
