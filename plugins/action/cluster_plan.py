@@ -149,6 +149,7 @@ class ActionModule(ActionBase):
             problems.extend(role_inputs.management_overlap_problems(
                 dict((host, values['ansible_host']) for host, values in role_values.items() if 'ansible_host' in values),
                 plan['rails']))
+            problems.extend(role_inputs.api_rail_overlap_problems(role_values, plan['rails']))
         result['changed'] = False
         if problems:
             result['failed'] = True

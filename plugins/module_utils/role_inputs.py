@@ -360,6 +360,30 @@ def management_overlap_problems(management_by_host, rails):
     return problems
 
 
+def api_rail_overlap_problems(values_by_host, rails):
+    """An API network that overlaps a rail's subnet: the firewall opens every port to the rails (Ray, NCCL, the
+    distribution's SSH key), so API clients inside a rail subnet, or a rail inside the clients' network, reach all
+    of that, not only the API. A world-open network (/0) is the warning api_network_problems gives, not this."""
+    found = {}
+    for host, values in values_by_host.items():
+        for variable in API_CIDR_VARIABLES:
+            given = values.get(variable)
+            if not isinstance(given, (list, tuple)):
+                continue
+            for item in given:
+                if _network_problem(variable, item):
+                    continue  # refused on its own by api_network_problems
+                net = ipaddress.ip_network(str(item).strip())
+                for rail in rails:
+                    subnet = ipaddress.ip_network(rail['subnet'])
+                    if net.prefixlen and net.overlaps(subnet):
+                        found.setdefault('%s has %s, which overlaps %s\'s subnet %s: the rails are trusted with every '
+                                         'port (Ray, NCCL, the distribution key), so API clients must be on another network '
+                                         '(or the rails on subnets of their own: dgxspark_rails)'
+                                         % (variable, net, rail['name'], subnet), set()).add(host)
+    return _merge(found, values_by_host)
+
+
 def interface_name_problem(where, name):
     """Why a netdev name cannot be a Linux interface written into files and command lines, or None."""
     if INTERFACE_NAME.match(str(name or '')):

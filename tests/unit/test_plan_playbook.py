@@ -164,6 +164,17 @@ def test_plan_refuses_bad_role_variables_all_at_once():
     assert 'sk-not-real' not in output and 'tok-not-real' not in output
 
 
+def test_plan_refuses_api_clients_inside_a_rail_subnet():
+    """Issue 20: the rails are trusted with every port, so the API's clients must not share their network."""
+    import json  # pylint: disable=import-outside-toplevel
+    result = run_plan('inventories/4node', '-e', json.dumps({'dgxspark_api_allowed_cidrs': ['192.168.0.0/16']}))
+    output = ' '.join((result.stdout + result.stderr).split())
+    assert result.returncode != 0, output
+    assert 'The cluster plan is invalid (2 problems)' in output
+    for rail, subnet in (('rail1', '192.168.100.0/24'), ('rail2', '192.168.101.0/24')):
+        assert "dgxspark_api_allowed_cidrs has 192.168.0.0/16, which overlaps %s's subnet %s" % (rail, subnet) in output
+
+
 def test_plan_table_says_risky_choices_out_loud():
     import json  # pylint: disable=import-outside-toplevel
     risky = {'dgxspark_api_allowed_cidrs': ['0.0.0.0/0'], 'dgxspark_nccl_transport': 'socket'}

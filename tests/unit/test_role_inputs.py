@@ -188,6 +188,39 @@ def test_management_addresses_stay_out_of_the_rails(management, expected):
         assert line.startswith(part), (part, line)
 
 
+TWO_NODES = ('spark-alpha', 'spark-beta')
+
+
+@pytest.mark.parametrize('values, expected', [
+    ({'dgxspark_api_allowed_cidrs': ['172.31.240.0/24', '10.0.0.0/8']}, []),
+    ({'dgxspark_api_allowed_cidrs': []}, []),
+    ({'dgxspark_api_allowed_cidrs': ['0.0.0.0/0']}, []),  # the world: api_network_problems' warning, not an overlap
+    ({'dgxspark_api_allowed_cidrs': ['10.0.0.1']}, []),  # refused on its own (a single address)
+    ({'dgxspark_api_allowed_cidrs': ['192.168.100.128/25']},
+     ["dgxspark_api_allowed_cidrs has 192.168.100.128/25, which overlaps rail1's subnet 192.168.100.0/24: the rails are "
+      "trusted with every port (Ray, NCCL, the distribution key), so API clients must be on another network (or the "
+      "rails on subnets of their own: dgxspark_rails) (set on every node)"]),
+    # a management LAN of 192.168.0.0/16 holds both rails
+    ({'node_firewall_api_allowed_cidrs': ['192.168.0.0/16']},
+     ["node_firewall_api_allowed_cidrs has 192.168.0.0/16, which overlaps rail1's",
+      "node_firewall_api_allowed_cidrs has 192.168.0.0/16, which overlaps rail2's"]),
+])
+def test_api_networks_stay_off_the_rails(values, expected):
+    problems = ri.api_rail_overlap_problems(dict((host, values) for host in TWO_NODES), RAILS)
+    assert len(problems) == len(expected), problems
+    for part, line in zip(expected, problems):
+        assert line.startswith(part), (part, line)
+
+
+def test_an_api_network_on_one_node_only_names_that_node():
+    values = {'spark-alpha': {'dgxspark_api_allowed_cidrs': ['10.0.0.0/24']},
+              'spark-beta': {'dgxspark_api_allowed_cidrs': ['192.168.101.0/24']}}
+    assert ri.api_rail_overlap_problems(values, RAILS) == [
+        "dgxspark_api_allowed_cidrs has 192.168.101.0/24, which overlaps rail2's subnet 192.168.101.0/24: the rails are "
+        "trusted with every port (Ray, NCCL, the distribution key), so API clients must be on another network (or the "
+        "rails on subnets of their own: dgxspark_rails) (set on spark-beta)"]
+
+
 def test_every_variable_the_checks_name_is_a_role_s_or_the_collection_s():
     """The cross-checks name variables; a renamed role variable must not leave a check reading nothing."""
     options = set(name for role in SPECS.values() for name in role)
