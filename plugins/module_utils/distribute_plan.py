@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: (c) 2026, dgxspark.cluster contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The chain of nodes a distribution flows along (the distribute role's relay argv), from the cluster plan."""
+"""What the distribute role computes from the plan and the nodes' findings: the chain a distribution flows along, the
+nodes that receive the image, the model files some node lacks, and the relay's command line."""
 from __future__ import annotations
 
 
@@ -21,3 +22,43 @@ def chain(plan, targets, head=None, rail=None):
     wanted = set(targets)
     order = ([nodes[head]] if head else []) + [n for n in plan['nodes'] if n['host'] in wanted and n['host'] != head]
     return [dict(n['rail_addresses']) if rail is None else n['rail_addresses'][rail] for n in order]
+
+
+# The relay the distribute role installs on every node (files/distribute_relay.py).
+RELAY = ['python3', '/usr/local/lib/dgxspark/distribute_relay.py']
+
+
+def image_targets(hosts, head, image_ids, enabled=True):
+    """The hosts that must receive the serving image: every host but ``head`` whose image ID (``image_ids``: host to
+    ID, '' or absent when the node lacks the image) differs from the head's, in the order of ``hosts``. None when
+    ``enabled`` is false or the head itself has no image (there is nothing to send)."""
+    head_id = image_ids.get(head) or ''
+    if not enabled or not head_id:
+        return []
+    return [host for host in hosts if host != head and (image_ids.get(host) or '') != head_id]
+
+
+def lacking_files(comparisons):
+    """The model paths at least one receiving node lacks or holds wrong, first seen first, each once: ``comparisons``
+    are the nodes' model_manifest results (``missing`` and ``wrong`` path lists)."""
+    paths = []
+    for comparison in comparisons:
+        for path in list(comparison.get('missing') or []) + list(comparison.get('wrong') or []):
+            if path not in paths:
+                paths.append(path)
+    return paths
+
+
+def relay_argv(command, options, rails=(), ssh=None):
+    """The relay's command line: ``command``, then ``--name value`` for each of ``options`` in order, ``--rail=NAME``
+    for each rail, then the connection's options (``ssh``: progress, ssh_key, known_hosts, user, ssh_port, cipher).
+    Values become strings; an option that is None is left out."""
+    argv = RELAY + [command]
+    for name, value in options.items():
+        if value is not None:
+            argv += ['--' + name.replace('_', '-'), str(value)]
+    argv += ['--rail=%s' % rail for rail in rails]
+    for name in ('progress', 'ssh_key', 'known_hosts', 'user', 'ssh_port', 'cipher'):
+        if (ssh or {}).get(name) is not None:
+            argv += ['--' + name.replace('_', '-'), str(ssh[name])]
+    return argv

@@ -1,7 +1,7 @@
-"""Table tests for the distribution chain (plugins/module_utils/distribute_plan.py, filter distribute_chain)."""
+"""Table tests for the distribute role's computations (plugins/module_utils/distribute_plan.py and its filters)."""
 import pytest
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils.distribute_plan import chain
+from ansible_collections.dgxspark.cluster.plugins.module_utils.distribute_plan import RELAY, chain, image_targets, lacking_files, relay_argv
 
 PLAN = {
     'rails': [{'name': 'rail1'}, {'name': 'rail2'}],
@@ -35,3 +35,59 @@ def test_chain(targets, head, rail, expected):
 def test_chain_refuses_what_is_not_in_the_plan(targets, head, rail, message):
     with pytest.raises(ValueError, match=message.replace('(', r'\(').replace(')', r'\)')):
         chain(PLAN, targets, head=head, rail=rail)
+
+
+HOSTS = ['spark-alpha', 'spark-beta', 'spark-gamma', 'spark-delta']
+
+
+@pytest.mark.parametrize('ids,enabled,expected', [
+    # every node has the head's image: nothing to send
+    ({'spark-alpha': 'sha256:a', 'spark-beta': 'sha256:a', 'spark-gamma': 'sha256:a', 'spark-delta': 'sha256:a'}, True, []),
+    # one lacks it, one has another build: both, in the play's order
+    ({'spark-alpha': 'sha256:a', 'spark-beta': 'sha256:a', 'spark-gamma': '', 'spark-delta': 'sha256:b'}, True,
+     ['spark-gamma', 'spark-delta']),
+    # a node the survey did not reach has no fact: it receives too
+    ({'spark-alpha': 'sha256:a', 'spark-beta': 'sha256:a', 'spark-gamma': 'sha256:a'}, True, ['spark-delta']),
+    # the head has no image: there is nothing to send
+    ({'spark-alpha': '', 'spark-beta': 'sha256:a'}, True, []),
+    # distribute_image false
+    ({'spark-alpha': 'sha256:a', 'spark-beta': ''}, False, []),
+])
+def test_image_targets(ids, enabled, expected):
+    assert image_targets(HOSTS, 'spark-alpha', ids, enabled=enabled) == expected
+
+
+@pytest.mark.parametrize('comparisons,expected', [
+    ([], []),
+    ([{'missing': ['a.safetensors'], 'wrong': []}], ['a.safetensors']),
+    # two nodes lacking overlapping files: each path once, first seen first
+    ([{'missing': ['b', 'a'], 'wrong': ['c']}, {'missing': ['a'], 'wrong': ['d', 'b']}], ['b', 'a', 'c', 'd']),
+    # a comparison without lists (a node that lacks nothing)
+    ([{'missing': None}, {}], []),
+])
+def test_lacking_files(comparisons, expected):
+    assert lacking_files(comparisons) == expected
+
+
+SSH = {'ssh_key': '/etc/dgxspark/secrets/distribute_ed25519', 'known_hosts': '/etc/dgxspark/distribute_known_hosts',
+       'user': 'root', 'ssh_port': 22, 'cipher': 'aes128-gcm@openssh.com', 'progress': '/run/dgxspark/distribute/model.json'}
+SSH_ARGV = ['--progress', '/run/dgxspark/distribute/model.json', '--ssh-key', '/etc/dgxspark/secrets/distribute_ed25519',
+            '--known-hosts', '/etc/dgxspark/distribute_known_hosts', '--user', 'root', '--ssh-port', '22',
+            '--cipher', 'aes128-gcm@openssh.com']
+
+
+@pytest.mark.parametrize('command,options,rails,ssh,expected', [
+    # the model streams: options in order, one --rail= per rail, then the connection
+    ('model-send', {'dir': '/m', 'files': '/r/send.json', 'entries': '/r/entries.json', 'chain': '[{"rail1": "x"}]',
+                    'connect_wait': 120}, ['rail1', 'rail2'], SSH,
+     RELAY + ['model-send', '--dir', '/m', '--files', '/r/send.json', '--entries', '/r/entries.json',
+              '--chain', '[{"rail1": "x"}]', '--connect-wait', '120', '--rail=rail1', '--rail=rail2'] + SSH_ARGV),
+    # the image chain: numbers become strings, no rails
+    ('image', {'source': 'vllm:0.33', 'total': 404000000, 'chain': '192.168.100.11,192.168.100.12', 'connect_wait': 60}, [],
+     SSH, RELAY + ['image', '--source', 'vllm:0.33', '--total', '404000000', '--chain', '192.168.100.11,192.168.100.12',
+                   '--connect-wait', '60'] + SSH_ARGV),
+    # a null option or connection setting is left out
+    ('image', {'source': 'x', 'total': None}, [], {'user': 'root', 'cipher': None}, RELAY + ['image', '--source', 'x', '--user', 'root']),
+])
+def test_relay_argv(command, options, rails, ssh, expected):
+    assert relay_argv(command, options, rails=rails, ssh=ssh) == expected
