@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # `make test`: every check, in order, stopping at the first failure; at the end (pass or fail) the table of each
-# part's wall time: lint, sanity, unit, serving (the stand-in's own tests), build, the lab by module
-# (tests/lab/conftest.py records them), molecule by scenario.
+# part's wall time: what a fresh machine installs first (the venv, Debian packages, the serving venv), lint, sanity,
+# unit, serving (the stand-in's own tests), build, the lab by module (tests/lab/conftest.py records them), molecule by
+# scenario.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -f .build/test-durations.tsv
-trap '.venv/bin/python tools/durations.py' EXIT
+trap 'python3 tools/durations.py' EXIT
 t() { tools/timed.sh "$@"; }
+
+t setup bash tools/setup.sh
+t system-deps bash tools/system-deps.sh
+t serving-venv bash tools/serving-venv.sh
 
 t yamllint .venv/bin/yamllint --strict .
 t ansible-lint env PATH="$PWD/.venv/bin:$PATH" .venv/bin/ansible-lint --profile production --nocolor

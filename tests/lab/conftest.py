@@ -46,6 +46,13 @@ class LabInfo:
             raise AssertionError("labctl %s failed (%d):\n%s" % (" ".join(args), proc.returncode, proc.stdout))
         return proc
 
+    def resize(self, count):
+        """`labctl up --nodes COUNT`, and this view of the lab follows."""
+        self.labctl("up", "--nodes", str(count))
+        self.count = count
+        self.nodes = labctl.node_names(count)
+        self.mgmt_ip = {n: labctl.mgmt_ip(i) for i, n in enumerate(self.nodes)}
+
     def host(self, node):
         import testinfra  # pylint: disable=import-outside-toplevel
         if node not in self._hosts:
@@ -175,3 +182,19 @@ def pytest_sessionfinish(session):
         for module, seconds in sorted(_MODULE_SECONDS.items()):
             handle.write("lab/%s\t%d\t%s\n" % (os.path.basename(module), round(seconds),
                                                "FAILED" if module in _MODULE_FAILED else "ok"))
+
+
+# ---------------------------------------------------------------- module order
+# The modules that deploy and serve run last, in this order, each leaving the cluster serving for the next
+# (ansible_lab.serving_cluster): one start for the run instead of a start and a stop per module. The modules before them
+# take rails down, stop serving (preflight) or run their own 2-node Ray (serving_lab), and would break a served cluster.
+SERVING_MODULES = ("test_deploy_lab.py", "test_healing_lab.py", "test_benchmark_lab.py", "test_security_lab.py",
+                   "test_profile_patches_lab.py")
+
+
+def pytest_collection_modifyitems(items):
+    """Stable order: every other module as collected, then SERVING_MODULES in their order."""
+    def rank(item):
+        name = os.path.basename(item.nodeid.split("::", 1)[0])
+        return SERVING_MODULES.index(name) + 1 if name in SERVING_MODULES else 0
+    items.sort(key=rank)

@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from ansible_lab import run_playbook
+from ansible_lab import four_serving_nodes, run_playbook
 
 pytestmark = pytest.mark.lab
 
@@ -27,15 +27,11 @@ def _bench(lab, results_dir, *extra):
 
 @pytest.fixture(scope="module")
 def deployed(lab):
-    if len(lab.nodes) != 4:
-        lab.labctl("up", "--nodes", "4")
-    lab.labctl("serving")
+    four_serving_nodes(lab)
     cadence = ["-e", json.dumps({"vllm_container_extra_env": {"DGXSPARK_LAB_STANDIN_TOKENS_PER_S": str(CADENCE)}})]
     rc, out = run_playbook(lab, "deploy-397b.yml", *cadence)
     assert rc == 0, out[-6000:]
-    yield
-    rc, out = run_playbook(lab, "stop.yml")
-    assert rc == 0, out[-3000:]
+    # The module leaves the cluster serving, for the next serving module (conftest.SERVING_MODULES).
 
 
 @pytest.fixture(scope="module")

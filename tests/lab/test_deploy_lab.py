@@ -4,7 +4,11 @@ Real Ray 2.60 in one serving container per node, the vLLM 0.33 LAB STAND-IN on t
 Checks: the first deploy serves (status table healthy, smoke answer); a second deploy changes nothing and restarts
 nothing; a changed vLLM option restarts vLLM only; a changed NCCL transport recreates the Ray containers; a load that
 hangs at shard k trips the stall watchdog naming k/n; a flag vLLM rejects fails fast with vLLM's own message; an image
-missing on one node fails before any container is changed. Each fault test puts the cluster back as it found it.
+missing on one node fails before any container is changed.
+
+The tests run in file order and each needs only what the one before leaves: a test that changes or stops vLLM does
+not restart it again, because the next one's own deploy does (a start of the engine is the expensive step); the last
+test stops the cluster and deploys it whole, so the module leaves the users' default serving.
 
     python3 lab/labctl.py up --serving && .venv/bin/python -m pytest -m lab tests/lab/test_deploy_lab.py
 """
@@ -13,7 +17,7 @@ import json
 
 import pytest
 
-from ansible_lab import recap, run_playbook
+from ansible_lab import four_serving_nodes, recap, run_playbook
 
 pytestmark = pytest.mark.lab
 
@@ -42,15 +46,10 @@ def extra_vars(**values):
 
 @pytest.fixture(scope="module")
 def deployed(lab):
-    if len(lab.nodes) != 4:
-        lab.labctl("up", "--nodes", "4")
-    lab.labctl("serving")
-    rc, out = deploy(lab)
+    rc, out = deploy(four_serving_nodes(lab))
     assert rc == 0, out[-6000:]
-    yield {"output": out, "containers": containers(lab)}
-    # Leave the ports (Ray's 6379, vLLM's 8000) to the next tests: stop serving as users do.
-    rc, out = run_playbook(lab, "stop.yml")
-    assert rc == 0, out[-3000:]
+    # The module leaves the cluster serving, for the next serving module (conftest.SERVING_MODULES).
+    return {"output": out, "containers": containers(lab)}
 
 
 def test_first_deploy_serves_and_ends_with_a_healthy_table(deployed):
@@ -82,16 +81,13 @@ def test_check_diff_on_the_converged_cluster_changes_nothing(lab, deployed):
 
 def test_changed_vllm_option_restarts_vllm_only(lab, deployed):
     before = containers(lab)
-    try:
-        rc, out = deploy(lab, "--tags", "vllm", *extra_vars(vllm_container_extra_args={"max_num_seqs": 64}))
-        assert rc == 0, out[-4000:]
-        after = containers(lab)
-        assert after["spark-alpha"][VLLM] != before["spark-alpha"][VLLM]
-        assert dict((n, c[RAY]) for n, c in after.items()) == dict((n, c[RAY]) for n, c in before.items())
-        assert "--max-num-seqs" in lab.host("spark-alpha").check_output("docker inspect --format '{{json .Args}}' %s" % VLLM)
-    finally:
-        rc, out = deploy(lab, "--tags", "vllm")
-        assert rc == 0, out[-4000:]
+    rc, out = deploy(lab, "--tags", "vllm", *extra_vars(vllm_container_extra_args={"max_num_seqs": 64}))
+    assert rc == 0, out[-4000:]
+    after = containers(lab)
+    assert after["spark-alpha"][VLLM] != before["spark-alpha"][VLLM]
+    assert dict((n, c[RAY]) for n, c in after.items()) == dict((n, c[RAY]) for n, c in before.items())
+    assert "--max-num-seqs" in lab.host("spark-alpha").check_output("docker inspect --format '{{json .Args}}' %s" % VLLM)
+    # Left as it is: the next test's deploy starts vLLM again without the option.
 
 
 def test_changed_nccl_transport_recreates_the_ray_containers(lab, deployed):
@@ -110,33 +106,6 @@ def test_changed_nccl_transport_recreates_the_ray_containers(lab, deployed):
         assert rc == 0, out[-4000:]
 
 
-def test_hang_at_shard_trips_the_stall_watchdog(lab, deployed):
-    try:
-        rc, out = deploy(lab, "--tags", "vllm", *extra_vars(vllm_container_extra_env={"DGXSPARK_LAB_HANG_AT_SHARD": "2"},
-                                                           vllm_container_stall_timeout=25, vllm_container_ready_timeout=300,
-                                                           vllm_container_progress_interval=5))
-        assert rc != 0
-        failure = out[out.index("Wait for vLLM to load the model"):]
-        assert "2/4" in failure and "spark-alpha" in failure
-        assert "futex_wait" in failure and "vllm_container_stall_timeout" in failure
-    finally:
-        rc, out = deploy(lab, "--tags", "vllm")
-        assert rc == 0, out[-4000:]
-
-
-def test_flag_vllm_rejects_fails_fast_with_its_message(lab, deployed):
-    try:
-        rc, out = deploy(lab, "--tags", "vllm", *extra_vars(vllm_container_extra_args={"quantization": "nvfp4"}))
-        assert rc != 0
-        assert "Unknown quantization method: nvfp4" in out
-        # At once, from the container's exit: not from the stall watchdog or the overall timeout.
-        assert "The vLLM container dgxspark-vllm on spark-alpha " in out
-        assert "no new log line" not in out
-    finally:
-        rc, out = deploy(lab, "--tags", "vllm")
-        assert rc == 0, out[-4000:]
-
-
 def test_image_missing_on_one_node_fails_before_any_container_changes(lab, deployed):
     image = lab.state()["serving_image"]
     before = containers(lab)
@@ -148,6 +117,27 @@ def test_image_missing_on_one_node_fails_before_any_container_changes(lab, deplo
         assert containers(lab) == before
     finally:
         lab.labctl("serving", "spark-delta")
+
+
+def test_hang_at_shard_trips_the_stall_watchdog(lab, deployed):
+    rc, out = deploy(lab, "--tags", "vllm", *extra_vars(vllm_container_extra_env={"DGXSPARK_LAB_HANG_AT_SHARD": "2"},
+                                                       vllm_container_stall_timeout=25, vllm_container_ready_timeout=300,
+                                                       vllm_container_progress_interval=5))
+    assert rc != 0
+    failure = out[out.index("Wait for vLLM to load the model"):]
+    assert "2/4" in failure and "spark-alpha" in failure
+    assert "futex_wait" in failure and "vllm_container_stall_timeout" in failure
+    # Left without vLLM serving: the next test needs only Ray, and the last one deploys the whole cluster again.
+
+
+def test_flag_vllm_rejects_fails_fast_with_its_message(lab, deployed):
+    rc, out = deploy(lab, "--tags", "vllm", *extra_vars(vllm_container_extra_args={"quantization": "nvfp4"}))
+    assert rc != 0
+    assert "Unknown quantization method: nvfp4" in out
+    # At once, from the container's exit: not from the stall watchdog or the overall timeout.
+    assert "The vLLM container dgxspark-vllm on spark-alpha " in out
+    assert "no new log line" not in out
+    # Left without vLLM serving: the next (last) test stops the cluster and deploys it whole again.
 
 
 def test_stop_then_status_fails_and_deploy_serves_again(lab, deployed):

@@ -49,7 +49,7 @@ def content(lab, path=MODEL):
 def rails(lab):
     """A 4-node lab with the serving image and model everywhere and the rails configured (the network phase)."""
     if len(lab.nodes) != 4:
-        lab.labctl("up", "--nodes", "4")
+        lab.resize(4)
     lab.labctl("serving")
     rc, out = run_playbook(lab, "deploy-397b.yml", "--tags", "network")
     assert rc == 0, out[-4000:]

@@ -14,14 +14,13 @@
 
 import json
 import os
-import re
 import time
 import urllib.error
 import urllib.request
 
 import pytest
 
-from ansible_lab import four_serving_nodes, playbook_ok, run_playbook
+from ansible_lab import run_playbook, says_healthy, serving_cluster
 
 pytestmark = pytest.mark.lab
 
@@ -47,11 +46,6 @@ def api_answers(lab):
 def status(lab):
     rc, out = run_playbook(lab, "status.yml", timeout=300)
     return rc, out
-
-
-def says_healthy(out):
-    """status.yml's verdict line (the table's message is indented by the callback)."""
-    return re.search(r"^\s*healthy$", out, re.MULTILINE) is not None
 
 
 def vllm_start(lab):
@@ -89,10 +83,9 @@ def wait_recovered(lab, fault, started, vllm_before=None):
 
 @pytest.fixture(scope="module")
 def deployed(lab):
-    playbook_ok(four_serving_nodes(lab), "deploy-397b.yml")
-    yield lab
-    lab.labctl("up", "--nodes", "4")  # heals a node left cut or stopped by a failed test
-    playbook_ok(lab, "stop.yml")
+    yield serving_cluster(lab)
+    # Heals a node left cut or stopped by a failed test; the cluster stays serving for the next serving module.
+    lab.labctl("up", "--nodes", "4")
 
 
 def test_a_crashed_worker_container_heals_without_ansible(deployed):
