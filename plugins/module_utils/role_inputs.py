@@ -303,26 +303,30 @@ def firewall_mismatches(values, ray_defaults, single_defaults):
     return problems
 
 
+def _api_network_lists(values_by_host):
+    """(host, variable, value) for every API network variable a host sets."""
+    for host, values in values_by_host.items():
+        for variable in API_CIDR_VARIABLES:
+            if values.get(variable) is not None:
+                yield host, variable, values[variable]
+
+
 def api_network_problems(values_by_host):
     """API networks that do not parse as the firewall takes them (IPv4 networks, no host bits); returns (problems,
     warnings): a network open to the world is legal, and said."""
     problems, warnings = {}, {}
-    for host, values in values_by_host.items():
-        for variable in API_CIDR_VARIABLES:
-            given = values.get(variable)
-            if given is None:
-                continue
-            if isinstance(given, str) or not isinstance(given, (list, tuple)):
-                problems.setdefault('%s is %r: give a list of IPv4 networks like [10.0.0.0/24]' % (variable, given),
-                                    set()).add(host)
-                continue
-            for item in given:
-                text = _network_problem(variable, item)
-                if text:
-                    problems.setdefault(text, set()).add(host)
-                elif ipaddress.ip_network(str(item)).prefixlen == 0:
-                    warnings.setdefault('%s has %s: the vLLM API is open to every address that reaches the nodes'
-                                        % (variable, item), set()).add(host)
+    for host, variable, given in _api_network_lists(values_by_host):
+        if isinstance(given, str) or not isinstance(given, (list, tuple)):
+            problems.setdefault('%s is %r: give a list of IPv4 networks like [10.0.0.0/24]' % (variable, given),
+                                set()).add(host)
+            continue
+        for item in given:
+            text = _network_problem(variable, item)
+            if text:
+                problems.setdefault(text, set()).add(host)
+            elif ipaddress.ip_network(str(item)).prefixlen == 0:
+                warnings.setdefault('%s has %s: the vLLM API is open to every address that reaches the nodes'
+                                    % (variable, item), set()).add(host)
     return _merge(problems, values_by_host), _merge(warnings, values_by_host)
 
 
@@ -365,22 +369,16 @@ def api_rail_overlap_problems(values_by_host, rails):
     distribution's SSH key), so API clients inside a rail subnet, or a rail inside the clients' network, reach all
     of that, not only the API. A world-open network (/0) is the warning api_network_problems gives, not this."""
     found = {}
-    for host, values in values_by_host.items():
-        for variable in API_CIDR_VARIABLES:
-            given = values.get(variable)
-            if not isinstance(given, (list, tuple)):
-                continue
-            for item in given:
-                if _network_problem(variable, item):
-                    continue  # refused on its own by api_network_problems
-                net = ipaddress.ip_network(str(item).strip())
-                for rail in rails:
-                    subnet = ipaddress.ip_network(rail['subnet'])
-                    if net.prefixlen and net.overlaps(subnet):
-                        found.setdefault('%s has %s, which overlaps %s\'s subnet %s: the rails are trusted with every '
-                                         'port (Ray, NCCL, the distribution key), so API clients must be on another network '
-                                         '(or the rails on subnets of their own: dgxspark_rails)'
-                                         % (variable, net, rail['name'], subnet), set()).add(host)
+    for host, variable, given in _api_network_lists(values_by_host):
+        # A value that is no list, or an item that is no network, is refused on its own by api_network_problems.
+        valid = [item for item in given if not _network_problem(variable, item)] if isinstance(given, (list, tuple)) else []
+        for net in (ipaddress.ip_network(str(item).strip()) for item in valid):
+            for subnet, name in ((ipaddress.ip_network(rail['subnet']), rail['name']) for rail in rails):
+                if net.prefixlen and net.overlaps(subnet):
+                    found.setdefault('%s has %s, which overlaps %s\'s subnet %s: the rails are trusted with every '
+                                     'port (Ray, NCCL, the distribution key), so API clients must be on another network '
+                                     '(or the rails on subnets of their own: dgxspark_rails)'
+                                     % (variable, net, name, subnet), set()).add(host)
     return _merge(found, values_by_host)
 
 

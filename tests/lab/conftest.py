@@ -32,9 +32,7 @@ import labctl  # noqa: E402  pylint: disable=wrong-import-position
 
 class LabInfo:
     def __init__(self, count):
-        self.count = count
-        self.nodes = labctl.node_names(count)
-        self.mgmt_ip = {n: labctl.mgmt_ip(i) for i, n in enumerate(self.nodes)}
+        self._follow(count)
         self.state_dir = labctl.STATE_DIR
         self.ssh_config = os.path.join(labctl.STATE_DIR, "ssh", "config")
         self._hosts = {}
@@ -46,12 +44,16 @@ class LabInfo:
             raise AssertionError("labctl %s failed (%d):\n%s" % (" ".join(args), proc.returncode, proc.stdout))
         return proc
 
-    def resize(self, count):
-        """`labctl up --nodes COUNT`, and this view of the lab follows."""
-        self.labctl("up", "--nodes", str(count))
+    def _follow(self, count):
+        """This view of the lab: COUNT nodes, their names and management addresses."""
         self.count = count
         self.nodes = labctl.node_names(count)
         self.mgmt_ip = {n: labctl.mgmt_ip(i) for i, n in enumerate(self.nodes)}
+
+    def resize(self, count):
+        """`labctl up --nodes COUNT`, and this view of the lab follows."""
+        self.labctl("up", "--nodes", str(count))
+        self._follow(count)
 
     def host(self, node):
         import testinfra  # pylint: disable=import-outside-toplevel
