@@ -1,11 +1,12 @@
 """Benchmark figures: SSE parsing over a recorded stream, per-request and per-level figures, the report, and a
-sweep against the lab stand-in's labelled streaming mode at a known cadence (the known truth), with its PNG."""
+sweep against a local server streaming like vLLM at a known pace (the known truth), with its PNG."""
 import csv
+import http.server
 import io
 import json
 import os
-import sys
 import threading
+import time
 
 import pytest
 
@@ -14,7 +15,6 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils.benchmark import 
     run_level, summarize_level, table)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
 with open(os.path.join(HERE, 'fixtures', 'standin_completions_stream_40tps.json')) as _f:
     RECORDED = json.load(_f)
 
@@ -97,14 +97,41 @@ def test_request_body_is_unique_and_exact():
     assert a['max_tokens'] == a['min_tokens'] == 32 and a['ignore_eos'] and a['stream_options'] == {'include_usage': True}
 
 
+class PacedCompletions(http.server.BaseHTTPRequestHandler):
+    """/v1/completions streamed the way vLLM streams them (one `data:` chunk per token, then the usage chunk and
+    `[DONE]`), at a known pace: the truth the sweep's figures are checked against. Bearer `k` or 401."""
+    tokens_per_s = 40.0
+
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        body = json.loads(self.rfile.read(int(self.headers['Content-Length'])))
+        if self.headers.get('Authorization') != 'Bearer k':
+            self.send_response(401)
+            self.send_header('Content-Type', 'application/json')
+            self.end_headers()
+            self.wfile.write(b'{"error": "Unauthorized"}')
+            return
+        self.send_response(200)
+        self.send_header('Content-Type', 'text/event-stream')
+        self.end_headers()
+        for n in range(body['max_tokens']):
+            if n:
+                time.sleep(1.0 / self.tokens_per_s)
+            self._event({'choices': [{'index': 0, 'text': 'w%d ' % n, 'finish_reason': None}]})
+        usage = {'prompt_tokens': len(body['prompt'].split()), 'completion_tokens': body['max_tokens']}
+        self._event({'choices': [], 'usage': usage})
+        self.wfile.write(b'data: [DONE]\n\n')
+
+    def _event(self, data):
+        self.wfile.write(('data: %s\n\n' % json.dumps(data)).encode())
+        self.wfile.flush()
+
+    def log_message(self, *args):
+        pass
+
+
 @pytest.fixture
-def standin():
-    sys.path.insert(0, os.path.join(REPO, 'lab', 'serving'))
-    from dgxspark_vllm_standin.server import StandinHTTPServer
-    state = {'vllm_version': '0.33.0', 'model': '/m', 'started': 0, 'served_model_names': ['lab'], 'max_model_len': 4096,
-             'world': {'size': 1, 'tensor_parallel_size': 1, 'pipeline_parallel_size': 1, 'backend': 'mp',
-                       'env_mode': 'none', 'nodes': ['n'], 'ranks': [], 'transport_checks': []}}
-    httpd = StandinHTTPServer(('127.0.0.1', 0), state, ['k'], tokens_per_s=40.0)
+def paced_server():
+    httpd = http.server.ThreadingHTTPServer(('127.0.0.1', 0), PacedCompletions)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     yield 'http://127.0.0.1:%d/v1/completions' % httpd.server_address[1]
     httpd.shutdown()
@@ -112,16 +139,16 @@ def standin():
 
 
 @pytest.mark.parametrize('concurrency', [1, 4])
-def test_sweep_matches_the_standin_cadence(standin, concurrency):
-    records, wall = run_level(standin, 'k', 'lab', concurrency, 16, 12, 1, 10)
+def test_sweep_matches_the_server_s_pace(paced_server, concurrency):
+    records, wall = run_level(paced_server, 'k', 'lab', concurrency, 16, 12, 1, 10)
     row = summarize_level(concurrency, records, wall)
     assert row['errors'] == 0 and row['requests'] == concurrency
     assert row['per_user_tok_s_median'] == pytest.approx(40.0, rel=0.05)
     assert row['per_user_tok_s_min'] == pytest.approx(40.0, rel=0.05)
 
 
-def test_wrong_key_is_counted_as_errors(standin):
-    records, wall = run_level(standin, 'wrong', 'lab', 2, 4, 2, 1, 10)
+def test_wrong_key_is_counted_as_errors(paced_server):
+    records, wall = run_level(paced_server, 'wrong', 'lab', 2, 4, 2, 1, 10)
     row = summarize_level(2, records, wall)
     assert row['errors'] == 2 and row['error_messages'] == ['HTTP 401'] and row['per_user_tok_s_median'] is None
 

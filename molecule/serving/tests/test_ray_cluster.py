@@ -2,8 +2,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Testinfra checks of ray_cluster in the serving scenario: one Ray container per node, each with its own rail-1
 address as VLLM_HOST_IP and --node-ip-address, the non-carry-over file, token authentication with the token only in
-a 0600 file, every planned node alive in Ray with one GPU (--check --diff of the converged scenario: see
-test_vllm_container.py)."""
+a 0600 file, vLLM's cache on the node, every planned node alive in Ray with one GPU (--check --diff of the converged
+scenario: see test_vllm_container.py)."""
 
 from __future__ import annotations
 
@@ -59,6 +59,16 @@ def test_vllm_host_ip_is_this_nodes_own_rail1_address(host, plan):
     assert env["VLLM_HOST_IP"] not in others
     assert env["NCCL_SOCKET_IFNAME"] == "=" + plan["rails"][0]["interface"]
     assert env["RAY_memory_monitor_refresh_ms"] == "0"
+
+
+def test_vllm_cache_is_the_nodes_own_directory_kept_across_restarts(host):
+    container = inspect(host)
+    cache = "/var/cache/dgxspark/vllm"
+    assert env_of(container)["VLLM_CACHE_ROOT"] == cache
+    mounts = {m["Destination"]: m for m in container["Mounts"]}
+    assert mounts[cache]["Source"] == cache and mounts[cache]["RW"] is True
+    directory = host.file(cache)
+    assert directory.is_directory and directory.user == "root" and directory.mode == 0o700
 
 
 def test_token_only_in_a_0600_file(host):
