@@ -89,7 +89,7 @@ def test_non_carry_over_list_names_the_per_host_keys(host):
     # The vLLM container writes it to $VLLM_CONFIG_ROOT/ray_non_carry_over_env_vars.json at start (test_vllm_container.py).
     env = env_of(inspect(host))
     names = json.loads(env["DGXSPARK_RAY_NON_CARRY_OVER"])
-    for key in ("VLLM_HOST_IP", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_IB_HCA", "VLLM_API_KEY"):
+    for key in ("VLLM_HOST_IP", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_IB_HCA", "VLLM_API_KEY", "PYTHONPATH"):
         assert key in names
     assert env["VLLM_CONFIG_ROOT"] == "/run/dgxspark/vllm-config"
 

@@ -9,7 +9,7 @@
 #    engine waited for its placement group for over 5 minutes after a worker's reboot);
 # 3. reads the API key (and nothing else secret) from the mounted 0600 file, so it never appears in argv,
 #    `docker inspect` or the log;
-# 4. becomes vllm. Before all this it checks and applies the model profile's patches, when it has any. Docker's restart policy starts it again when it exits.
+# 4. puts the API guard on PYTHONPATH (vLLM imports it for --middleware) and becomes vllm. Before all this it checks and applies the model profile's patches, when it has any. Docker's restart policy starts it again when it exits.
 set -u
 # The model profile's patches (checked, then applied to this container's vLLM), mounted by ray_cluster.
 if [ -n "${DGXSPARK_PATCHES:-}" ]; then
@@ -48,5 +48,9 @@ if [ -n "${DGXSPARK_API_KEY_FILE:-}" ]; then
     fi
     VLLM_API_KEY=$(cat "$DGXSPARK_API_KEY_FILE")
     export VLLM_API_KEY
+fi
+# The API guard (--middleware dgxspark_api_guard.KeyOnEveryRoute: the key on every route, not only /v1).
+if [ -n "${DGXSPARK_PYTHON_DIR:-}" ]; then
+    export PYTHONPATH="$DGXSPARK_PYTHON_DIR${PYTHONPATH:+:$PYTHONPATH}"
 fi
 exec vllm "$@"
