@@ -5,7 +5,7 @@
 
 A phase (network, os, ray, vllm) records, after it converged, a stamp on the node: the digest of its inputs (the
 controller's variables, the plan and the collection's code) and the digest of what it left (files, live interfaces,
-containers, kernel settings). A later run compares both: equal means nothing to do, so the phase is skipped; any
+containers, kernel settings, nftables tables). A later run compares both: equal means nothing to do, so the phase is skipped; any
 difference (a new variable, a file edited by hand, an address gone, a container recreated or restarted by Docker)
 runs the phase in full. Pure functions; the module reads the node.
 """
@@ -19,8 +19,10 @@ import re
 
 from collections.abc import Mapping
 
+from ansible_collections.dgxspark.cluster.plugins.module_utils.nft_table import NftTableError, validate_table
+
 PHASE_RE = re.compile(r'^[a-z][a-z0-9_]*$')
-WATCH_KINDS = ('files', 'interfaces', 'containers', 'sysctls')
+WATCH_KINDS = ('files', 'interfaces', 'containers', 'sysctls', 'nft_tables')
 STAMP_VERSION = 1
 
 
@@ -62,6 +64,11 @@ def validate_watch(watch):
                 raise PhaseStateError('watch.%s has %r; every entry must be a non-empty string.' % (kind, name))
             if kind in ('files', 'sysctls') and not name.startswith('/'):
                 raise PhaseStateError('watch.%s has %r; give an absolute path.' % (kind, name))
+            if kind == 'nft_tables':
+                try:
+                    validate_table(name)
+                except NftTableError as exc:
+                    raise PhaseStateError('watch.nft_tables: %s' % exc)
         result[kind] = sorted(set(names))
     return result
 

@@ -218,7 +218,26 @@ def _render(header, rows):
     return lines
 
 
-def build_serving_status(plan, probes, vllm=None, membership=None, unreachable=None, now=None, served_model_name=None):
+def _firewall_problems(nodes, firewall, unreachable):
+    """One sentence per node whose firewall table is not loaded as the firewall phase loaded it."""
+    if firewall is None:
+        return []
+    if not isinstance(firewall, dict):
+        raise ServingStatusError('firewall must map each host to its nft_table result, got %s' % type(firewall).__name__)
+    problems = []
+    for node in nodes:
+        host = node['host']
+        state = firewall.get(host)
+        if host in unreachable or not isinstance(state, dict) or state.get('skipped'):
+            continue
+        problem = state.get('problem') or (state.get('msg') if state.get('failed') else None)
+        if problem:
+            problems.append('The firewall of %s: %s.' % (host, problem.rstrip('.')))
+    return problems
+
+
+def build_serving_status(plan, probes, vllm=None, membership=None, unreachable=None, now=None, served_model_name=None,
+                         firewall=None):
     """The status table and the problems.
 
     plan: the cluster plan (``nodes`` with ``host``, ``rank``, ``role``). probes: host -> serving_probe
@@ -228,7 +247,8 @@ def build_serving_status(plan, probes, vllm=None, membership=None, unreachable=N
     not reach. now: the current time (epoch seconds, RFC 3339, or a UTC datetime) for the uptimes.
     served_model_name: the name /v1/models must list (default: the plan's ``served_model_name``, else
     the one the vLLM probe was given, else any model counts). A probe that did not run (null, {}, a
-    skipped or failed task result) counts as not probed.
+    skipped or failed task result) counts as not probed. firewall: host -> dgxspark.cluster.nft_table
+    result for that node's firewall table (a missing host or null: not read, no problem said).
 
     Returns ``ok``, ``table`` (text lines), ``problems`` (sentences) and ``rows`` (one dict per node).
     """
@@ -302,6 +322,7 @@ def build_serving_status(plan, probes, vllm=None, membership=None, unreachable=N
     else:
         problems.extend(membership.get('problems') or [])
     problems.extend(vllm_problems)
+    problems.extend(_firewall_problems(nodes, firewall, unreachable))
 
     header = ('node', 'rank', 'role', 'ray container', 'Ray', 'vLLM health', 'served model', 'uptime')
     table = _render(header, [(r['host'], str(r['rank']), r['role'], r['ray_container'], r['ray'], r['vllm_health'], r['served_model'],

@@ -18,9 +18,10 @@ description:
   - With O(state=check) (read-only) it returns RV(converged)=true only when the stamp exists, its inputs digest is the one given,
     and what it manages is exactly as recorded, so a playbook can skip the phase; otherwise RV(reason) says what differs.
   - "What it watches, read on the node: files (sha256 of the content, mode and owner, or absent; a symlink's target), interfaces
-    (C(ip -j addr): state, MTU, IPv4 and global IPv6 addresses), containers (C(docker inspect): id, image, running, restart count)
-    and kernel settings (the value under C(/proc/sys)). A container that Docker restarted after a crash, a file edited by hand or
-    an address that went away makes the phase run again."
+    (C(ip -j addr): state, MTU, IPv4 and global IPv6 addresses), containers (C(docker inspect): id, image, running, restart count),
+    kernel settings (the value under C(/proc/sys)) and nftables tables (C(nft list table), counters and handles left out).
+    A container that Docker restarted after a crash, a file edited by hand, an address that went away or a table deleted
+    makes the phase run again."
   - With O(state=recorded) it writes the stamp (mode 0600) when it differs; check mode and C(--diff) show the change.
 options:
   phase:
@@ -35,7 +36,7 @@ options:
     description:
       - What the phase manages, by kind; each a list of names.
       - C(files) (absolute paths), C(interfaces) (netdev names), C(containers) (Docker container names), C(sysctls)
-        (paths under C(/proc/sys), e.g. V(/proc/sys/vm/swappiness)).
+        (paths under C(/proc/sys), e.g. V(/proc/sys/vm/swappiness)), C(nft_tables) (V(FAMILY NAME), e.g. V(inet dgxspark)).
     type: dict
     default: {}
   state:
@@ -105,6 +106,7 @@ import os
 import stat
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.dgxspark.cluster.plugins.module_utils.nft_table import digest as nft_digest, read_table as read_nft_table
 from ansible_collections.dgxspark.cluster.plugins.module_utils.phase_state import (
     PhaseStateError,
     compare,
@@ -173,12 +175,21 @@ def read_sysctls(names):
     return result
 
 
+def read_nft_tables(module, names):
+    """sha256 of each table's normalized listing (None when it is not loaded)."""
+    nft = module.get_bin_path('nft') if names else None
+    if names and not nft:
+        return dict((name, {'error': 'nft not found'}) for name in names)
+    return dict((name, nft_digest(read_nft_table(module.run_command, nft, name)[0])) for name in names)
+
+
 def observe(module, watch):
     return {
         'files': dict((path, read_file_state(path)) for path in watch['files']),
         'interfaces': read_interfaces(module, watch['interfaces']),
         'containers': read_containers(module, watch['containers']),
         'sysctls': read_sysctls(watch['sysctls']),
+        'nft_tables': read_nft_tables(module, watch['nft_tables']),
     }
 
 

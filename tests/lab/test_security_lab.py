@@ -3,6 +3,8 @@
 - From the controller, on the management network: no Ray port answers (every port a Ray or serving process listens
   on, on every node, except SSH and the API), and the API answers 401 without the key, 200 with it.
 - From a peer over a rail the same ports answer and the cluster serves (the deploy's own readiness and smoke test).
+- A firewall table deleted on a node fails `status.yml` naming the node, and the next deploy loads it again on that
+  node only, restarting nothing (Docker requires the firewall unit: molecule/node_firewall shows it failing closed).
 - No secret (API key, Ray token, Hugging Face token) in `ps`, `docker inspect` of every container, the play's output,
   the journal or any container's log on any node; the files that hold them are 0600 root.
 
@@ -131,6 +133,22 @@ def test_firewall_converged_second_run_changes_and_reloads_nothing(lab, deployed
     assert rc == 0, out[-4000:]
     assert all(c["changed"] == 0 for c in recap(out).values()), recap(out)
     assert "RUNNING HANDLER" not in out
+
+
+def test_a_deleted_table_fails_status_and_a_deploy_loads_it_again_without_restarting_anything(lab, deployed):
+    gamma = lab.host("spark-gamma")
+    containers = lab.host(HEAD).check_output("docker inspect -f '{{.Id}} {{.State.StartedAt}}' dgxspark-ray dgxspark-vllm")
+    gamma.check_output("nft delete table inet dgxspark")  # as a `flush ruleset` of another tool would
+    rc, out = run_playbook(lab, "status.yml", timeout=300)
+    assert rc != 0 and not says_healthy(out)
+    assert "The firewall of spark-gamma: the nftables table inet dgxspark is not loaded" in out, out[-4000:]
+    rc, out = run_playbook(lab, "deploy-397b.yml", *deployed["extra"])
+    assert rc == 0 and says_healthy(out), out[-6000:]
+    assert "Phase firewall skipped" not in out  # the phase saw its table gone
+    assert gamma.run("nft list table inet dgxspark").rc == 0
+    changed = {host: counts["changed"] for host, counts in recap(out).items() if counts["changed"]}
+    assert set(changed) <= {"spark-gamma"}, changed  # the reload and the stamps, on that node only
+    assert lab.host(HEAD).check_output("docker inspect -f '{{.Id}} {{.State.StartedAt}}' dgxspark-ray dgxspark-vllm") == containers
 
 
 def test_check_diff_shows_the_ruleset_change_and_changes_nothing(lab, deployed):

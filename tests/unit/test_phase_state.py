@@ -78,7 +78,8 @@ def test_bad_watch(watch, message):
 
 
 def test_watch_is_sorted_and_complete():
-    assert validate_watch({"containers": ["b", "a", "a"]}) == {"files": [], "interfaces": [], "containers": ["a", "b"], "sysctls": []}
+    expected = {"files": [], "interfaces": [], "containers": ["a", "b"], "sysctls": [], "nft_tables": []}
+    assert validate_watch({"containers": ["b", "a", "a"]}) == expected
 
 
 @pytest.mark.parametrize("phase", ["Ray", "", None, "ray/../x"])

@@ -281,3 +281,42 @@ def test_a_container_that_healed_by_itself_is_healthy_with_a_note(change, note):
     status = build_serving_status(**inputs)
     assert status['ok'] and status['problems'] == []
     assert [n for n in status['notes'] if note in n]
+
+
+FIREWALL_OK = {'loaded': True, 'matches': True, 'problem': None, 'changed': False}
+NOT_LOADED = ('the nftables table inet dgxspark is not loaded (Error: No such file or directory): its ports are open to every '
+              'network; the firewall phase loads it again (deploy.yml --tags firewall)')
+
+
+@pytest.mark.parametrize('beta, problem', [
+    (FIREWALL_OK, None),
+    (None, None),                                   # not read (an older status run): nothing said
+    ({'skipped': True}, None),
+    ({'loaded': False, 'matches': False, 'problem': NOT_LOADED}, 'The firewall of spark-beta: the nftables table inet dgxspark is '
+                                                                 'not loaded (Error: No such file or directory)'),
+    ({'loaded': True, 'matches': False, 'problem': 'the nftables table inet dgxspark differs from the one the firewall phase loaded'},
+     'The firewall of spark-beta: the nftables table inet dgxspark differs from the one the firewall phase loaded.'),
+    ({'failed': True, 'msg': '/usr/sbin/nft is missing: install the nftables package'},
+     'The firewall of spark-beta: /usr/sbin/nft is missing: install the nftables package.'),
+])
+def test_a_node_whose_firewall_table_is_not_the_loaded_one_is_a_problem(beta, problem):
+    firewall = dict((h, FIREWALL_OK) for h in HOSTS)
+    firewall['spark-beta'] = beta
+    status = build_serving_status(firewall=firewall, **healthy())
+    if problem is None:
+        assert status['ok'] and status['problems'] == []
+    else:
+        assert not status['ok'] and len(status['problems']) == 1 and status['problems'][0].startswith(problem)
+
+
+def test_an_unreachable_node_s_firewall_is_not_a_second_problem():
+    inputs = healthy()
+    inputs['unreachable'] = ['spark-beta']
+    firewall = {'spark-beta': {'loaded': False, 'matches': False, 'problem': NOT_LOADED}}
+    problems = build_serving_status(firewall=firewall, **inputs)['problems']
+    assert not any('firewall' in p for p in problems)
+
+
+def test_firewall_must_be_a_mapping():
+    with pytest.raises(ServingStatusError, match='firewall'):
+        build_serving_status(firewall=['x'], **healthy())

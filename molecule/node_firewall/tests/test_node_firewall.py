@@ -3,7 +3,9 @@
 """Testinfra checks of the node_firewall scenario: the table inet dgxspark is loaded with the plan's rail subnets and
 dgxspark_api_allowed_cidrs, the boot unit is enabled and active, the file is 0600 root, and traffic behaves: a Ray
 port (a stand-in listener on 6379) answers over loopback and the rail but not from the controller on the management
-network, SSH does, and --check --diff on the converged node changes nothing."""
+network, SSH does, and --check --diff on the converged node changes nothing. Fails closed and watched: rail traffic
+only on the rail interfaces, the loaded table recorded (a rule added by hand is reported), Docker requires the unit
+(stopping it stops Docker; starting Docker loads the table first; a ruleset that cannot be loaded keeps Docker down)."""
 
 from __future__ import annotations
 
@@ -131,3 +133,61 @@ def test_every_fixed_ray_port_is_closed_outside_the_rails(host):
     wanted = {value for key, value in ports.items() if key not in ("min_worker", "max_worker")}
     wanted.update(range(int(ports["min_worker"]), int(ports["max_worker"]) + 1))
     assert wanted <= closed, sorted(wanted - closed)
+
+
+def test_rail_traffic_is_accepted_only_on_the_rail_interfaces(host, plan):
+    rules = host.check_output("nft list chain inet dgxspark input")
+    names = ", ".join('"%s"' % rail["interface"] for rail in plan["rails"])
+    assert ("iifname { %s } ip saddr @rail_nets accept" % names) in rules or (
+        len(plan["rails"]) == 1 and 'iifname %s ip saddr @rail_nets accept' % names in rules), rules
+
+
+def test_the_loaded_table_is_recorded_and_matches(host):
+    record = host.file("/var/lib/dgxspark/firewall/table.sha256")
+    assert (record.user, record.mode) == ("root", 0o600)
+    state = host.ansible("dgxspark.cluster.nft_table", "", check=False)
+    assert state["loaded"] and state["matches"] and state["problem"] is None, state
+    assert state["sha256"] == record.content_string.strip()
+
+
+def test_a_rule_added_by_hand_is_reported(host):
+    host.check_output("nft add rule inet dgxspark input tcp dport 4242 accept")
+    try:
+        state = host.ansible("dgxspark.cluster.nft_table", "", check=False)
+        assert not state["matches"] and "differs from the one the firewall phase loaded" in state["problem"], state
+    finally:
+        host.check_output("systemctl reload %s" % UNIT)
+    assert host.ansible("dgxspark.cluster.nft_table", "", check=False)["matches"]
+
+
+def test_docker_requires_the_firewall_and_fails_closed(host):
+    """Stopping the firewall unit stops Docker (no published port without the table); starting Docker brings the table
+    back first."""
+    assert "%s.service" % UNIT in host.check_output("systemctl show -p Requires --value docker.service").split()
+    host.check_output("systemctl stop %s" % UNIT)
+    try:
+        assert host.run("nft list table inet dgxspark").rc != 0
+        assert host.run("systemctl is-active docker.service").stdout.strip() != "active"
+        state = host.ansible("dgxspark.cluster.nft_table", "", check=False)
+        assert not state["loaded"] and "is not loaded" in state["problem"], state
+    finally:
+        host.check_output("systemctl start docker.service")
+    assert host.check_output("systemctl is-active %s" % UNIT) == "active"
+    assert host.ansible("dgxspark.cluster.nft_table", "", check=False)["matches"]
+
+
+def test_docker_does_not_start_when_the_ruleset_cannot_be_loaded(host):
+    """As at boot with a broken ruleset file: the unit's load fails, and Docker, which requires it, stays down."""
+    saved = host.check_output("cat %s" % RULESET_FILE) + "\n"
+    host.check_output("systemctl stop %s" % UNIT)
+    host.check_output("echo 'this is not nftables' >> %s" % RULESET_FILE)
+    try:
+        assert host.run("systemctl start docker.service").rc != 0
+        assert host.run("systemctl is-active docker.service").stdout.strip() != "active"
+        assert host.run("nft list table inet dgxspark").rc != 0
+    finally:
+        host.check_output("cat > %s <<'RULESET'\n%sRULESET" % (RULESET_FILE, saved))
+        host.check_output("systemctl reset-failed %s docker.service" % UNIT)
+        host.check_output("systemctl start docker.service")
+    assert host.check_output("systemctl is-active docker.service") == "active"
+    assert host.ansible("dgxspark.cluster.nft_table", "", check=False)["matches"]

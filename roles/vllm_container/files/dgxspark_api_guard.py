@@ -41,7 +41,7 @@ class KeyOnEveryRoute:
     def authorized(self, scope):
         for name, value in scope.get('headers') or ():
             if name.lower() == b'authorization':
-                scheme, _, token = value.decode('latin-1').partition(' ')
+                scheme, unused_space, token = value.decode('latin-1').partition(' ')
                 return scheme.lower() == 'bearer' and hmac.compare_digest(_digest(token.strip()), self._key)
         return False
 
