@@ -87,6 +87,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.dgxspark.cluster.plugins.module_utils.nft_table import NftTableError, digest, read_table, validate_table
+from ansible_collections.dgxspark.cluster.plugins.module_utils.private_file import write_private_file
 
 
 def read_record(path):
@@ -140,15 +141,11 @@ def main():
                                       before=(recorded_sha or '') + '\n' if recorded_sha else '', after=loaded_sha + '\n')
             if not module.check_mode:
                 try:
-                    os.makedirs(os.path.dirname(params['record']), mode=0o700, exist_ok=True)
-                    tmp = params['record'] + '.tmp'
-                    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), 'w') as handle:
-                        handle.write(loaded_sha + '\n')
-                    os.rename(tmp, params['record'])
+                    write_private_file(params['record'], loaded_sha + '\n')
                 except OSError as exc:
                     module.fail_json(msg='cannot write %s: %s' % (params['record'], exc), **result)
-            recorded_sha = loaded_sha if not module.check_mode else recorded_sha
-        result['recorded_sha256'] = recorded_sha if not module.check_mode else loaded_sha
+        # Recorded now (or, in check mode, what would be).
+        result['recorded_sha256'] = loaded_sha
     result['problem'] = problem_of(params['table'], loaded_sha, result['recorded_sha256'], error)
     result['matches'] = result['problem'] is None
     module.exit_json(**result)

@@ -107,6 +107,7 @@ import stat
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.dgxspark.cluster.plugins.module_utils.nft_table import digest as nft_digest, read_table as read_nft_table
+from ansible_collections.dgxspark.cluster.plugins.module_utils.private_file import write_private_file
 from ansible_collections.dgxspark.cluster.plugins.module_utils.phase_state import (
     PhaseStateError,
     compare,
@@ -235,11 +236,7 @@ def main():
                                       after=json.dumps(new, indent=1, sort_keys=True) + '\n')
             if not module.check_mode:
                 try:
-                    os.makedirs(params['stamp_dir'], mode=0o700, exist_ok=True)
-                    tmp = path + '.tmp'
-                    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), 'w') as handle:
-                        json.dump(new, handle, sort_keys=True)
-                    os.rename(tmp, path)
+                    write_private_file(path, json.dumps(new, sort_keys=True))
                 except OSError as exc:
                     module.fail_json(msg='cannot write the stamp %s of phase %s: %s' % (path, phase, exc))
     module.exit_json(**result)
