@@ -102,6 +102,12 @@ def test_a_restarted_worker_node_heals_without_ansible(deployed):
     started = time.time()
     deployed.labctl("restart", "spark-beta")
     wait_recovered(deployed, "worker node restarted", started, vllm_before=before)
+    # The engine asked for its placement group only once the rebooted worker was back and settled (vllm-serve.sh's
+    # dgxspark_ray_ready.py), so it never waited on a group Ray could not place: one made while the node drained or
+    # was registering stayed pending for good once (Ray 2.60 lost the new node's GPU from its count).
+    log = deployed.host(HEAD).check_output("docker logs --since %d dgxspark-vllm 2>&1" % int(started))
+    assert "dgxspark_ray_ready: Ray offers 4 free GPU(s) on 4 ready node(s); the engine needs 4 (" in log, log[-3000:]
+    assert "Waiting for creating a placement group" not in log, log[-3000:]
 
 
 def test_a_restarted_head_heals_without_ansible(deployed):
