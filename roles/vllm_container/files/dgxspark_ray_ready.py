@@ -39,13 +39,18 @@ def assess(nodes, draining, available, answering, previous, need, settle_over):
     addresses = [n.get("NodeManagerAddress") for n in alive]
     doubtful += ["%s is listed %d times (a restarted node's old incarnation)" % (a, addresses.count(a))
                  for a in sorted(set(addresses)) if addresses.count(a) > 1]
-    gpus = sum(available.get(n["NodeID"], {}).get("GPU", 0) for n in counted)
+
+    def free(node):
+        return available.get(node["NodeID"], {}).get("GPU", 0)
+
+    def listed(node):
+        return node.get("Resources", {}).get("GPU", 0)
+
+    gpus = sum(free(n) for n in counted)
     ids = frozenset(n["NodeID"] for n in counted)
     if gpus < need:
-        idle = ["%s lists %g GPU(s), %g free" % (n.get("NodeManagerAddress"), n.get("Resources", {}).get("GPU", 0),
-                                                 available.get(n["NodeID"], {}).get("GPU", 0))
-                for n in counted
-                if available.get(n["NodeID"], {}).get("GPU", 0) < n.get("Resources", {}).get("GPU", 0)]
+        idle = ["%s lists %g GPU(s), %g free" % (n.get("NodeManagerAddress"), listed(n), free(n))
+                for n in counted if free(n) < listed(n)]
         return False, ids, "Ray offers %g free GPU(s) on %d ready node(s); the engine needs %g%s%s" % (
             gpus, len(counted), need, "; " + "; ".join(idle) if idle else "",
             "; " + "; ".join(doubtful) if doubtful else "")
