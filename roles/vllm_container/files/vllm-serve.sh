@@ -32,7 +32,5 @@ if [ -n "${DGXSPARK_API_KEY_FILE:-}" ]; then
     export VLLM_API_KEY
 fi
 # The API guard (--middleware dgxspark_api_guard.KeyOnEveryRoute: the key on every route, not only /v1).
-if [ -n "${DGXSPARK_PYTHON_DIR:-}" ]; then
-    export PYTHONPATH="$DGXSPARK_PYTHON_DIR${PYTHONPATH:+:$PYTHONPATH}"
-fi
+export PYTHONPATH="$DGXSPARK_PYTHON_DIR${PYTHONPATH:+:$PYTHONPATH}"
 exec vllm "$@"
