@@ -334,7 +334,7 @@ def relay_image(args):
     return 0 if ok else 1
 
 
-def main(argv=None):
+def build_parser():
     parser = argparse.ArgumentParser(description=__doc__)
     sub = parser.add_subparsers(dest='kind', required=True)
     for kind in ('model-send', 'model-recv', 'image'):
@@ -369,7 +369,77 @@ def main(argv=None):
     p.add_argument('--source', help='the image to `docker save` (first node of the chain only)')
     p.add_argument('--chain', type=lambda v: [a for a in v.split(',') if a], default=[])
     p.add_argument('--total', type=int, default=0)
-    args = parser.parse_args(argv)
+    return parser
+
+
+class ForcedCommandError(ValueError):
+    """A request over the distribution key that is not one of the relay's own receiving operations."""
+
+
+class _Refusing(argparse.ArgumentParser):
+    def error(self, message):
+        raise ForcedCommandError(message)
+
+
+def forced_request(original, fixed):
+    """The relay's arguments for SSH_ORIGINAL_COMMAND when it is what remote_relay() sends to a receiving node, with
+    the paths this node fixed (``fixed``: relay, ssh_key, known_hosts, user, progress {kind: path}, entries,
+    model_dirs, rail_nets); else
+    ForcedCommandError naming what is refused. Nothing of the request reaches a shell."""
+    import ipaddress  # pylint: disable=import-outside-toplevel
+    try:
+        words = shlex.split(original or '')
+    except ValueError as exc:
+        raise ForcedCommandError('unreadable request: %s' % exc) from None
+    if len(words) < 3 or words[0] not in ('python3', '/usr/bin/python3') or words[1] != fixed['relay']:
+        raise ForcedCommandError('only the relay %s runs with this key, not %r' % (fixed['relay'], ' '.join(words[:2])))
+    if words[2] not in ('model-recv', 'image'):
+        raise ForcedCommandError('only model-recv and image run with this key, not %r' % words[2])
+    parser = build_parser()
+    for sub in parser._subparsers._group_actions[0].choices.values():  # pylint: disable=protected-access
+        sub.__class__ = _Refusing
+    parser.__class__ = _Refusing
+    args = parser.parse_args(words[2:])
+    wanted = {'ssh_key': fixed['ssh_key'], 'known_hosts': fixed['known_hosts'], 'user': fixed['user'],
+              'progress': fixed['progress'][args.kind]}
+    if args.kind == 'model-recv':
+        wanted['entries'] = fixed['entries']
+    for name, value in wanted.items():
+        if str(getattr(args, name)) != str(value):
+            raise ForcedCommandError('--%s must be %s, not %s' % (name.replace('_', '-'), value, getattr(args, name)))
+    if args.kind == 'model-recv' and args.dir not in fixed['model_dirs']:
+        raise ForcedCommandError('--dir must be one of %s, not %s' % (', '.join(fixed['model_dirs']), args.dir))
+    if args.kind == 'image' and args.source:
+        raise ForcedCommandError('--source (docker save) runs only where the chain starts, never over this key')
+    nets = [ipaddress.ip_network(net) for net in fixed['rail_nets']]
+    addresses = list(args.chain) + ([args.upstream, args.here] if args.kind == 'model-recv' else [])
+    for address in addresses:
+        try:
+            ip = ipaddress.ip_address(address)
+        except ValueError:
+            raise ForcedCommandError('%r is not an address on the rails' % address) from None
+        if not any(ip in net for net in nets):
+            raise ForcedCommandError('%s is not on the rails (%s)' % (address, ', '.join(fixed['rail_nets'])))
+    return words[2:]
+
+
+def forced_main(config_path):
+    """The authorized_keys command of the distribution key: run the request only if forced_request accepts it."""
+    try:
+        with open(config_path) as handle:
+            fixed = json.load(handle)
+        argv = forced_request(os.environ.get('SSH_ORIGINAL_COMMAND', ''), fixed)
+    except (ForcedCommandError, OSError, ValueError, KeyError) as exc:
+        sys.stderr.write('distribute_relay (forced command): refused: %s\n' % exc)
+        return 2
+    return main(argv)
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ['--forced']:
+        return forced_main(argv[1])
+    args = build_parser().parse_args(argv)
     return {'model-send': send_model, 'model-recv': receive_model, 'image': relay_image}[args.kind](args)
 
 
