@@ -80,7 +80,7 @@ def test_a_refused_request_runs_nothing(tmp_path, monkeypatch, capsys):
     config.write_text(json.dumps(FIXED))
     monkeypatch.setenv('SSH_ORIGINAL_COMMAND', 'python3 %s model-send --x 1; touch %s' % (RELAY, tmp_path / 'pwned'))
     ran = []
-    monkeypatch.setattr(relay, 'send_model', lambda args: ran.append(args))
+    monkeypatch.setattr(relay, 'send_model', ran.append)
     assert relay.main(['--forced', str(config)]) == 2
     assert 'refused' in capsys.readouterr().err
     assert not ran and not (tmp_path / 'pwned').exists()
