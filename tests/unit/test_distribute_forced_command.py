@@ -20,6 +20,7 @@ FIXED = {'relay': RELAY, 'ssh_key': '/etc/dgxspark/secrets/distribute_ed25519',
          'entries': '/run/dgxspark/distribute/model-entries.json',
          'model_dirs': ['/var/lib/dgxspark-lab/models/qwen3.5-397b-a17b-fp8'],
          'rail_nets': ['192.168.100.0/24', '192.168.101.0/24']}
+IMAGE_ID = 'sha256:bb27666592f7addd4327f29d43b556e9f04dbae26d1dd3855c8f7bf720340d01'
 SSH = argparse.Namespace(ssh_key=FIXED['ssh_key'], known_hosts=FIXED['known_hosts'], user='root',
                          cipher='aes128-gcm@openssh.com', ssh_port=22)
 
@@ -27,13 +28,13 @@ SSH = argparse.Namespace(ssh_key=FIXED['ssh_key'], known_hosts=FIXED['known_host
 def sent(kind, **change):
     """The command line a relay sends to the next node (start_forward / relay_image, then connect_next)."""
     values = {'dir': FIXED['model_dirs'][0], 'entries': FIXED['entries'], 'progress': FIXED['progress'][kind],
-              'upstream': '192.168.100.11', 'here': '192.168.100.12', 'chain': '192.168.100.13'}
+              'upstream': '192.168.100.11', 'here': '192.168.100.12', 'chain': '192.168.100.13', 'image_id': IMAGE_ID}
     values.update(change)
     if kind == 'model-recv':
         extra = ['--dir', values['dir'], '--entries', values['entries'], '--progress', values['progress'], '--lane',
                  '0', '--lanes', '2', '--total', '1000', '--upstream', values['upstream'], '--here', values['here']]
     else:
-        extra = ['--progress', values['progress'], '--total', '1000']
+        extra = ['--progress', values['progress'], '--total', '1000', '--image-id', values['image_id']]
     extra += ['--connect-wait', '60', '--chain', values['chain']]
     ssh = argparse.Namespace(**dict(vars(SSH), **{k: v for k, v in change.items() if k in vars(SSH)}))
     return relay.remote_relay(ssh, kind, extra)
@@ -66,9 +67,10 @@ def test_the_last_node_of_a_chain_runs_too():
     (sent('image', chain='10.0.0.5'), '10.0.0.5 is not on the rails (192.168.100.0/24, 192.168.101.0/24)'),
     (sent('model-recv', upstream='attacker.example'), "'attacker.example' is not an address on the rails"),
     ("python3 %s image --progress 'unterminated" % RELAY, 'unreadable request'),
+    (sent('image', image_id='latest'), "--image-id must be sha256: and 64 hex digits, not 'latest'"),
 ], ids=['empty', 'a shell', 'another script', 'model-send', 'a command after', 'and a command', 'docker save over the key',
         'another key', 'another user', 'progress elsewhere', 'model dir elsewhere', 'entries elsewhere',
-        'chain off the rails', 'upstream a name', 'bad quoting'])
+        'chain off the rails', 'upstream a name', 'bad quoting', 'image id not a digest'])
 def test_anything_else_is_refused(original, words):
     with pytest.raises(relay.ForcedCommandError) as err:
         relay.forced_request(original, FIXED)
@@ -84,3 +86,52 @@ def test_a_refused_request_runs_nothing(tmp_path, monkeypatch, capsys):
     assert relay.main(['--forced', str(config)]) == 2
     assert 'refused' in capsys.readouterr().err
     assert not ran and not (tmp_path / 'pwned').exists()
+
+
+SAVED = os.path.join(os.path.dirname(__file__), 'fixtures', 'docker_save', 'docker-20.10.24-save.tar')
+
+
+def oci_layout(tmp_path):
+    """A docker save archive in the OCI layout (Docker 25+): index.json naming one manifest blob."""
+    import hashlib
+    import io
+    import tarfile
+    blobs = {}
+
+    def blob(data):
+        digest = 'sha256:' + hashlib.sha256(data).hexdigest()
+        blobs['blobs/sha256/' + digest[7:]] = data
+        return digest
+
+    config = blob(b'{"architecture":"arm64","os":"linux","rootfs":{"type":"layers","diff_ids":[]}}')
+    manifest = blob(json.dumps({'schemaVersion': 2, 'config': {'digest': config}, 'layers': []}).encode())
+    files = dict(blobs, **{'index.json': json.dumps({'schemaVersion': 2, 'manifests': [{'digest': manifest}]}).encode(),
+                           'manifest.json': json.dumps([{'Config': 'blobs/sha256/' + config[7:], 'Layers': []}]).encode(),
+                           'oci-layout': b'{"imageLayoutVersion":"1.0.0"}'})
+    path = tmp_path / 'oci.tar'
+    with tarfile.open(path, 'w') as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return str(path), config, manifest, 'sha256:' + hashlib.sha256(files['index.json']).hexdigest()
+
+
+def test_the_image_id_of_a_recorded_docker_save():
+    assert relay.image_ids_in(SAVED) == {IMAGE_ID}
+
+
+def test_the_ids_of_an_oci_layout(tmp_path):
+    path, config, manifest, index = oci_layout(tmp_path)
+    assert relay.image_ids_in(path) == {config, manifest, index}
+
+
+def test_another_image_is_not_loaded(tmp_path, monkeypatch):
+    ran = []
+    monkeypatch.setattr(relay.subprocess, 'run', lambda *a, **k: ran.append(a))
+    error = relay.load_verified(SAVED, 'sha256:' + '0' * 64)
+    assert error == 'the image received is not sha256:%s (it is %s): not loaded' % ('0' * 64, IMAGE_ID)
+    junk = tmp_path / 'junk.tar'
+    junk.write_bytes(b'not a tar at all' * 100)
+    assert 'is not a docker save archive' in relay.load_verified(str(junk), IMAGE_ID)
+    assert not ran  # docker load never ran

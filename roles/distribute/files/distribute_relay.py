@@ -3,13 +3,15 @@
 #          order. Each node passes every block on to the next node as it reads it and keeps the files it lacks, hashing
 #          each as it arrives and putting it in place (with the source's mtime) only when its size and sha256 match the
 #          manifest. N nodes finish within a pipe buffer of one another: about the time of one copy, not N.
-#   image: read `docker save` on stdin, load it into this node's Docker and pass the same bytes on to the next node.
+#   image: read `docker save` on stdin, pass the same bytes on to the next node, and load them into this node's Docker
+#          once their image ID is the one the head sent (a spool file, removed after).
 # Progress (bytes, total, status per lane) goes to a JSON file that the controller polls (dgxspark.cluster.distribute_wait).
 import argparse
 import fcntl
 import hashlib
 import json
 import os
+import re
 import select
 import shlex
 import subprocess
@@ -266,22 +268,65 @@ def receive_model(args):
     return 1 if broken else 0
 
 
+IMAGE_SPOOL_DIR = '/var/lib/dgxspark/distribute'
+IMAGE_ID_RE = re.compile(r'^sha256:[0-9a-f]{64}$')
+
+
+def image_ids_in(tar_path):
+    """The IDs a `docker save` archive can be known by: the sha256 of each image config that manifest.json names (the
+    image ID of Docker's own image store) and, in an OCI layout, the manifests index.json names and index.json's own
+    digest (the ID under the containerd image store)."""
+    ids = set()
+    with tarfile.open(tar_path) as tar:
+        def digest_of(name):
+            member = tar.extractfile(name)
+            sha = hashlib.sha256()
+            for block in iter(lambda: member.read(CHUNK), b''):
+                sha.update(block)
+            return 'sha256:' + sha.hexdigest()
+        names = set(tar.getnames())
+        if 'manifest.json' in names:
+            for entry in json.load(tar.extractfile('manifest.json')):
+                ids.add(digest_of(entry['Config']))
+        if 'index.json' in names:
+            ids.add(digest_of('index.json'))
+            ids.update(m['digest'] for m in json.load(tar.extractfile('index.json')).get('manifests', []))
+    return ids
+
+
+def load_verified(path, image_id):
+    """`docker load` the archive at path only when it is the image image_id; '' or why not."""
+    try:
+        ids = image_ids_in(path)
+    except (tarfile.TarError, OSError, ValueError, KeyError) as exc:
+        return 'the image received is not a docker save archive (%s): not loaded' % exc
+    if image_id not in ids:
+        return 'the image received is not %s (it is %s): not loaded' % (image_id, ', '.join(sorted(ids)) or 'unnamed')
+    load = subprocess.run(['docker', 'load', '--quiet', '--input', path], capture_output=True, text=True, check=False)
+    if load.returncode != 0:
+        return 'docker load failed: %s' % (load.stderr or load.stdout).strip()[-300:]
+    return ''
+
+
 def relay_image(args):
-    """stdin (a `docker save` stream) -> this node's `docker load` (unless --source) and the next node's relay."""
-    outputs = []
+    """stdin (a `docker save` stream) -> a spool file on this node (unless --source), loaded into Docker only once its
+    ID is the one the head sent (--image-id), and the next node's relay as the bytes arrive."""
+    outputs, spool, spool_path = [], None, ''
     if args.source:
         save = subprocess.Popen(['docker', 'save', args.source], stdout=subprocess.PIPE)
         stream = save.stdout
     else:
         save, stream = None, sys.stdin.buffer
-        load = subprocess.Popen(['docker', 'load', '--quiet'], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
-        outputs.append(load)
+        os.makedirs(IMAGE_SPOOL_DIR, mode=0o700, exist_ok=True)
+        spool_path = os.path.join(IMAGE_SPOOL_DIR, 'image.tar')
+        spool = open(spool_path, 'wb')  # pylint: disable=consider-using-with  # closed below, removed in the end
     forward, unreachable = None, ''
     write_progress(args.progress, bytes=0, total=args.total, status='running')
     if not args.source:
         say_ready()
     if args.chain:
-        forward, unreachable = connect_next(args, 'image', ['--progress', args.progress, '--total', str(args.total)])
+        forward, unreachable = connect_next(args, 'image', ['--progress', args.progress, '--total', str(args.total),
+                                                            '--image-id', args.image_id])
         if forward is None:
             for proc in outputs:
                 proc.kill()
@@ -297,6 +342,8 @@ def relay_image(args):
         block = stream.read(CHUNK)
         if not block:
             break
+        if spool is not None:
+            spool.write(block)
         for proc in outputs:
             try:
                 proc.stdin.write(block)
@@ -320,7 +367,13 @@ def relay_image(args):
         codes.append(save.wait())
     ok = not any(codes) and not broken
     error = ''
-    if not ok:
+    if spool is not None:
+        spool.close()
+        if ok:
+            error = load_verified(spool_path, args.image_id)
+            ok = not error
+        os.unlink(spool_path)
+    if not ok and not error:
         error = 'docker save/load or the next node failed (exit codes %s)' % codes
         if forward is not None:
             tail = forward.stderr.read().decode(errors='replace').strip().splitlines()[-3:]
@@ -369,6 +422,7 @@ def build_parser():
     p.add_argument('--source', help='the image to `docker save` (first node of the chain only)')
     p.add_argument('--chain', type=lambda v: [a for a in v.split(',') if a], default=[])
     p.add_argument('--total', type=int, default=0)
+    p.add_argument('--image-id', required=True, help='the ID (sha256:...) a node checks before it loads what it got')
     return parser
 
 
@@ -411,6 +465,8 @@ def forced_request(original, fixed):
         raise ForcedCommandError('--dir must be one of %s, not %s' % (', '.join(fixed['model_dirs']), args.dir))
     if args.kind == 'image' and args.source:
         raise ForcedCommandError('--source (docker save) runs only where the chain starts, never over this key')
+    if args.kind == 'image' and not IMAGE_ID_RE.match(args.image_id):
+        raise ForcedCommandError('--image-id must be sha256: and 64 hex digits, not %r' % args.image_id)
     nets = [ipaddress.ip_network(net) for net in fixed['rail_nets']]
     addresses = list(args.chain) + ([args.upstream, args.here] if args.kind == 'model-recv' else [])
     for address in addresses:
