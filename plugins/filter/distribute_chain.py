@@ -2,13 +2,14 @@
 # Copyright: dgxspark.cluster contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Filters of the distribute role over module_utils/distribute_plan.py (each documented in its own <name>.yml):
-distribute_chain, distribute_image_targets, distribute_lacking_files, distribute_relay_argv."""
+distribute_chain, distribute_image_targets, distribute_lacking_files, distribute_relay_argv,
+distribute_senders."""
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
-from ansible_collections.dgxspark.cluster.plugins.module_utils.distribute_plan import chain, image_targets, lacking_files, relay_argv
+from ansible_collections.dgxspark.cluster.plugins.module_utils.distribute_plan import chain, image_targets, lacking_files, relay_argv, senders
 
 
 def distribute_chain(plan, targets, head=None, rail=None):
@@ -36,6 +37,14 @@ def distribute_lacking_files(comparisons):
         raise AnsibleFilterError('distribute_lacking_files: %s' % exc) from exc
 
 
+def distribute_senders(plan, head, image_targets_, model_targets):
+    """The hosts that send in the image and model chains (the only ones that need the node-to-node key)."""
+    try:
+        return senders(plan, head, list(image_targets_), list(model_targets))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise AnsibleFilterError('distribute_senders: %s' % exc) from exc
+
+
 def distribute_relay_argv(command, options, rails=None, ssh=None):
     """The relay's command line for one of its commands."""
     try:
@@ -53,4 +62,5 @@ class FilterModule:
             'distribute_image_targets': distribute_image_targets,
             'distribute_lacking_files': distribute_lacking_files,
             'distribute_relay_argv': distribute_relay_argv,
+            'distribute_senders': distribute_senders,
         }

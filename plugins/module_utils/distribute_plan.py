@@ -24,6 +24,22 @@ def chain(plan, targets, head=None, rail=None):
     return [dict(n['rail_addresses']) if rail is None else n['rail_addresses'][rail] for n in order]
 
 
+def senders(plan, head, *target_lists):
+    """The hosts that send in the chains from ``head`` to each list of targets: the head (when any list is not empty)
+    and every target but the last of its chain in rank order. Only these need the node-to-node key."""
+    ranked = [node['host'] for node in plan['nodes']]
+    unknown = sorted(set(h for targets in target_lists for h in targets) - set(ranked))
+    if unknown:
+        raise ValueError('not nodes of the plan: %s' % ', '.join(unknown))
+    found = []
+    for targets in target_lists:
+        chained = [host for host in ranked if host in set(targets) and host != head]
+        for host in ([head] if chained else []) + chained[:-1]:
+            if host not in found:
+                found.append(host)
+    return found
+
+
 # The relay the distribute role installs on every node (files/distribute_relay.py).
 RELAY = ['python3', '/usr/local/lib/dgxspark/distribute_relay.py']
 

@@ -1,7 +1,8 @@
 """Table tests for the distribute role's computations (plugins/module_utils/distribute_plan.py and its filters)."""
 import pytest
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils.distribute_plan import RELAY, chain, image_targets, lacking_files, relay_argv
+from ansible_collections.dgxspark.cluster.plugins.module_utils.distribute_plan import (
+    RELAY, chain, image_targets, lacking_files, relay_argv, senders)
 
 PLAN = {
     'rails': [{'name': 'rail1'}, {'name': 'rail2'}],
@@ -91,3 +92,24 @@ SSH_ARGV = ['--progress', '/run/dgxspark/distribute/model.json', '--ssh-key', '/
 ])
 def test_relay_argv(command, options, rails, ssh, expected):
     assert relay_argv(command, options, rails=rails, ssh=ssh) == expected
+
+
+@pytest.mark.parametrize('image_targets_, model_targets, expected', [
+    # Only the head sends when every chain has one target; the last of each chain only receives.
+    (['spark-gamma'], [], ['spark-alpha']),
+    (['spark-delta', 'spark-beta'], [], ['spark-alpha', 'spark-beta']),
+    (['spark-beta', 'spark-gamma', 'spark-delta'], ['spark-gamma', 'spark-delta'],
+     ['spark-alpha', 'spark-beta', 'spark-gamma']),
+    ([], ['spark-delta', 'spark-gamma', 'spark-beta'], ['spark-alpha', 'spark-beta', 'spark-gamma']),
+    # Nothing to copy: nobody gets the key.
+    ([], [], []),
+    # The head among the targets is not a second sender.
+    (['spark-alpha', 'spark-beta'], [], ['spark-alpha']),
+], ids=['one target', 'two, in rank order', 'both chains', 'model only', 'nothing', 'head listed'])
+def test_senders(image_targets_, model_targets, expected):
+    assert senders(PLAN, 'spark-alpha', image_targets_, model_targets) == expected
+
+
+def test_senders_refuse_a_host_outside_the_plan():
+    with pytest.raises(ValueError, match='not nodes of the plan: spark-omega'):
+        senders(PLAN, 'spark-alpha', ['spark-omega'], [])
