@@ -45,6 +45,28 @@ def content(lab, path=MODEL):
         for node in lab.nodes)
 
 
+KEY = "/etc/dgxspark/secrets/distribute_ed25519"
+
+
+def distribution_key_left(lab, nodes=None):
+    """{node: what of the node-to-node key is still there}: the key file, or an authorized_keys line with its comment."""
+    left = {}
+    for node in nodes or lab.nodes:
+        out = lab.host(node).run("ls %s 2>/dev/null; grep -h dgxspark-distribute /root/.ssh/authorized_keys 2>/dev/null" % KEY)
+        if out.stdout.strip():
+            left[node] = out.stdout.strip()
+    return left
+
+
+def try_the_key(lab, sender, receiver, command):
+    """Use the node-to-node key from ``sender`` to ask ``receiver`` (at its rail address) to run ``command``."""
+    host_key = " ".join(lab.host(receiver).run("cat /etc/ssh/ssh_host_ed25519_key.pub").stdout.split()[:2])
+    known = lab.host(sender).run("cat /etc/dgxspark/distribute_known_hosts").stdout.splitlines()
+    address = next(line.split()[0].split(",")[0] for line in known if line.endswith(host_key))
+    return lab.host(sender).run("ssh -i %s -o UserKnownHostsFile=/etc/dgxspark/distribute_known_hosts -o BatchMode=yes "
+                                "-o StrictHostKeyChecking=yes root@%s %s" % (KEY, address, command))
+
+
 @pytest.fixture(scope="module")
 def rails(lab):
     """A 4-node lab with the serving image and model everywhere and the rails configured (the network phase)."""
@@ -73,6 +95,7 @@ def test_nodes_that_lack_the_image_or_model_receive_them_verified_and_a_rerun_do
                    for node in ("spark-alpha", "spark-delta"))
     assert serving["spark-delta"] == serving["spark-alpha"] and serving["spark-delta"], serving
     assert "Start the model streams on the head" in out and "Start the image chain on the head" in out
+    assert distribution_key_left(lab) == {}, "the phase ended; the key and its authorization must be gone"
 
     state = model_state(lab), image_ids(lab)
     started = time.time()
@@ -116,21 +139,30 @@ def test_a_node_that_goes_down_mid_copy_is_named_and_a_rerun_resumes(rails):
     opts = extra_vars(distribute_model_path=BIG, distribute_image=False, distribute_stall_timeout=20,
                       distribute_progress_interval=5)
     stopped = threading.Event()
+    misuse = {}
 
     def stop_gamma_once_copying(line):
         if "Wait for the model on the head" in line and not stopped.is_set():
             stopped.set()
             threading.Timer(4, lambda: __import__("subprocess").run(["docker", "stop", "-t", "1", "dgxspark-lab-spark-gamma"])).start()
+            # While the copies run, the key is on the head; it runs the relay's receiving operations and nothing else.
+            misuse["beta"] = try_the_key(lab, "spark-alpha", "spark-beta", "'cat /etc/shadow'")
 
     try:
         rc, out = run_playbook(lab, PLAYBOOK, *opts, on_line=stop_gamma_once_copying)
         assert rc != 0 and stopped.is_set()
         assert "spark-gamma" in out.split("Wait for the model on the head", 1)[1], out[-4000:]
         assert "UNREACHABLE" in out or "the stream from 192.168.10" in out, out[-4000:]
+        refused = misuse["beta"]
+        assert refused.rc == 2 and "refused: only the relay /usr/local/lib/dgxspark/distribute_relay.py runs with this key" \
+            in refused.stderr and "root:" not in refused.stdout, (refused.rc, refused.stdout, refused.stderr)
+        reachable = [node for node in lab.nodes if node != "spark-gamma"]
+        assert distribution_key_left(lab, reachable) == {}, "the reachable nodes lose the key even after a failed copy"
         lab.labctl("up", "--nodes", "4", "--rate", "100mbit")
         rc, out = run_playbook(lab, PLAYBOOK, *opts)
         assert rc == 0, out[-4000:]
         assert len(set(content(lab, BIG).values())) == 1, content(lab, BIG)
+        assert distribution_key_left(lab) == {}
     finally:
         lab.labctl("up", "--nodes", "4", "--rate", "none")
         for node in lab.nodes:
