@@ -1,8 +1,8 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Testinfra checks of the distribute scenario: the worker has the head's image (same ID) and the head's model (same
-content, the manifest with it), the node-to-node key is 0600 and authorized only from the rail subnets, and host keys
-are pinned at the rail addresses."""
+content, the manifest with it), the node-to-node key and its authorization are gone once the phase ended, what the key
+may run is fixed to the relay's paths and the rails, and host keys are pinned at the rail addresses."""
 
 from __future__ import annotations
 
@@ -37,12 +37,19 @@ def test_the_model_has_the_heads_content_and_its_manifest(host, model_dir):
     assert not host.file(model_dir + "/.dgxspark-partial").exists
 
 
-def test_the_node_to_node_key_is_private_and_authorized_only_from_the_rails(host):
-    key = host.file("/etc/dgxspark/secrets/distribute_ed25519")
-    assert key.mode == 0o600 and key.user == "root"
-    lines = [l for l in host.file("/root/.ssh/authorized_keys").content_string.splitlines() if "dgxspark-distribute" in l]
-    assert len(lines) == 1
-    assert lines[0].startswith('from="192.168.100.0/24,192.168.101.0/24",restrict ssh-ed25519 ')
+def test_the_node_to_node_key_and_its_authorization_are_gone_once_the_phase_ended(host):
+    assert not host.file("/etc/dgxspark/secrets/distribute_ed25519").exists
+    keys = host.file("/root/.ssh/authorized_keys")
+    assert not keys.exists or "dgxspark-distribute" not in keys.content_string
+
+
+def test_the_key_may_run_only_the_relays_receiving_operations_with_fixed_paths_over_the_rails(host, model_dir):
+    forced = json.loads(host.file("/etc/dgxspark/distribute_forced.json").content_string)
+    assert forced["relay"] == "/usr/local/lib/dgxspark/distribute_relay.py"
+    assert forced["ssh_key"] == "/etc/dgxspark/secrets/distribute_ed25519"
+    assert forced["model_dirs"] == [model_dir]
+    assert forced["rail_nets"] == ["192.168.100.0/24", "192.168.101.0/24"]
+    assert sorted(forced["progress"]) == ["image", "model-recv"]
 
 
 def test_host_keys_are_pinned_at_the_rail_addresses(host):
