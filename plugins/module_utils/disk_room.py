@@ -35,17 +35,20 @@ def filesystems(needs, stat=os.statvfs, device=lambda path: os.stat(path).st_dev
 
 
 def problem(node, what, needs, filesystems_, reserve_bytes=0):
-    """The message for the first filesystem without room for what goes there plus ``reserve_bytes`` ('' when all
-    have room). ``needs`` name each path's bytes and role ({path, bytes, role}) for the message."""
+    """The message naming every filesystem without room for what goes there plus ``reserve_bytes`` ('' when all have
+    room). ``needs`` name each path's bytes and role ({path, bytes, role}) for the message."""
     roles = dict((need['path'], need) for need in needs)
+    short = []
     for fs in filesystems_:
         need = fs['bytes'] + reserve_bytes
         if need <= fs['free']:
             continue
         parts = ' and '.join('%s %s at %s' % (human_bytes(roles[path]['bytes']), roles[path].get('role', 'written'), path)
                              for path in fs['paths'])
-        return ('%s: not enough disk for %s: %s%s%s, %s free; free %s there (or lower distribute_reserve_bytes)'
-                % (node, what, parts, ' (one filesystem)' if len(fs['paths']) > 1 else '',
-                   ' + %s kept free (distribute_reserve_bytes)' % human_bytes(reserve_bytes) if reserve_bytes else '',
-                   human_bytes(fs['free']), human_bytes(need - fs['free'])))
-    return ''
+        short.append('%s%s%s, %s free; free %s there'
+                     % (parts, ' (one filesystem)' if len(fs['paths']) > 1 else '',
+                        ' + %s kept free (distribute_reserve_bytes)' % human_bytes(reserve_bytes) if reserve_bytes else '',
+                        human_bytes(fs['free']), human_bytes(need - fs['free'])))
+    if not short:
+        return ''
+    return '%s: not enough disk for %s: %s (or lower distribute_reserve_bytes)' % (node, what, '; '.join(short))

@@ -12,12 +12,12 @@ short_description: Check that a node has room for what it is about to write in o
 version_added: 0.3.0
 author: dgxspark.cluster contributors (@dgxspark)
 description:
-  - Read-only. Sums the bytes of O(needs) per filesystem (places on one filesystem add up: a spooled image and Docker's
+  - "Read-only. Sums the bytes of O(needs) per filesystem (places on one filesystem add up: a spooled image and Docker's
     store of its layers on one root filesystem need twice the image) and compares each sum plus O(reserve_bytes) with
-    the space free there.
+    the space free there."
   - A path that does not exist yet counts on the filesystem of its nearest existing parent.
-  - It never fails for lack of room; RV(problem) names the node, what does not fit, where, and how much to free, so that
-    a play can collect every node's answer before it stops.
+  - "It never fails for lack of room: RV(problem) names the node, what does not fit, where, and how much to free, so that
+    a play can collect every node's answer before it stops."
 options:
   needs:
     description: What will be written where.
@@ -82,7 +82,7 @@ filesystems:
     bytes: {description: The bytes to be written there in all., type: int}
     free: {description: The bytes free there now., type: int}
 problem:
-  description: The message for the first filesystem without room, or an empty string.
+  description: The message naming every filesystem without room (each with its shortfall), or an empty string.
   returned: always
   type: str
   sample: "spark-delta: not enough disk for the serving image: 19.0 GB spooled at /var/lib/dgxspark/distribute and 19.0 GB

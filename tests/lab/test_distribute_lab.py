@@ -87,6 +87,15 @@ def test_nodes_that_lack_the_image_or_model_receive_them_verified_and_a_rerun_do
     # Same size, other content, newer mtime (a corrupt copy): hashed, found wrong, removed and copied again.
     lab.host("spark-beta").run("printf XXXX | dd of=%s bs=1 seek=100 conv=notrunc status=none && touch %s" % (shard, shard))
     lab.host("spark-delta").run("docker rmi -f $(docker images -q) >/dev/null")
+    # Without room for the image twice (spooled, then loaded into Docker on the same filesystem) nothing starts.
+    before = model_state(lab), image_ids(lab)
+    rc, out = run_playbook(lab, PLAYBOOK, *extra_vars(distribute_reserve_bytes=10 ** 16, distribute_model=False))
+    assert rc != 0
+    assert "spark-delta: not enough disk for the serving image: " in out, out[-3000:]
+    # (the lab's nodes keep Docker's store on a filesystem of its own, so each place is named with its own shortfall)
+    assert " spooled at /var/lib/dgxspark/distribute + 10000.0 TB kept free" in out, out[-3000:]
+    assert " loaded into Docker at /var/lib/docker + 10000.0 TB kept free" in out, out[-3000:]
+    assert (model_state(lab), image_ids(lab)) == before and distribution_key_left(lab) == {}
     rc, out = run_playbook(lab, PLAYBOOK)
     assert rc == 0, out[-5000:]
     assert len(set(content(lab).values())) == 1, content(lab)

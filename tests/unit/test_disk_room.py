@@ -34,7 +34,16 @@ STORE = {"path": "/var/lib/docker", "bytes": 19 * GB, "role": "loaded into Docke
      "free 8.0 GB there (or lower distribute_reserve_bytes)"),
     # Docker on its own disk: 25 GB on each is enough for 19 GB each (each filesystem is checked alone).
     ({"/": 1, "/var/lib/docker": 2}, {1: 25 * GB, 2: 25 * GB}, 0, ""),
-    # ... and only the one that is short is named.
+    # ... and only the one that is short is named,
+    ({"/": 1, "/var/lib/docker": 2}, {1: 100 * GB, 2: 5 * GB}, 0,
+     "spark-delta: not enough disk for the serving image: 19.0 GB loaded into Docker at /var/lib/docker, 5.0 GB free; "
+     "free 14.0 GB there (or lower distribute_reserve_bytes)"),
+    # ... or both, each with its own shortfall.
+    ({"/": 1, "/var/lib/docker": 2}, {1: 10 * GB, 2: 5 * GB}, 0,
+     "spark-delta: not enough disk for the serving image: 19.0 GB spooled at /var/lib/dgxspark/distribute, 10.0 GB free; "
+     "free 9.0 GB there; 19.0 GB loaded into Docker at /var/lib/docker, 5.0 GB free; free 14.0 GB there "
+     "(or lower distribute_reserve_bytes)"),
+    # (the row below: the first filesystem has room)
     ({"/": 1, "/var/lib/docker": 2}, {1: 100 * GB, 2: 5 * GB}, 0,
      "spark-delta: not enough disk for the serving image: 19.0 GB loaded into Docker at /var/lib/docker, 5.0 GB free; "
      "free 14.0 GB there (or lower distribute_reserve_bytes)"),
