@@ -21,7 +21,8 @@ t serving .venv/bin/pytest tests/serving
 t build bash -c 'rm -rf .build/dist && mkdir -p .build/dist && .venv/bin/ansible-galaxy collection build --output-path .build/dist .'
 t lab-up bash -c 'bash lab/ensure-docker.sh && .venv/bin/python lab/labctl.py up --nodes 4 --serving'
 # one row per module, written by tests/lab/conftest.py
-DGXSPARK_TEST_DURATIONS=.build/test-durations.tsv .venv/bin/pytest -m lab tests/lab
+# The slowest lab tests by name (which to shorten next), after the modules.
+DGXSPARK_TEST_DURATIONS=.build/test-durations.tsv .venv/bin/pytest -m lab --durations=30 --durations-min=20 tests/lab
 for scenario in $(ls molecule/*/molecule.yml | cut -d/ -f2 | sort); do
     t "molecule/$scenario" env PATH="$PWD/.venv/bin:$PATH" .venv/bin/molecule test -s "$scenario"
 done
