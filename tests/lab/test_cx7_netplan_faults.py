@@ -12,9 +12,10 @@ pytestmark = [pytest.mark.lab, pytest.mark.usefixtures("plain_rails")]
 HANDLER_LINE = "RUNNING HANDLER [dgxspark.cluster.cx7_netplan : Apply the CX-7 rail netplan configuration]"
 
 
-@pytest.fixture(name="converged")
+@pytest.fixture(name="converged", scope="module")
 def fixture_converged(lab):
-    """Every node converged with the plan's configuration (MTU 9000); returns the file snapshot."""
+    """Every node converged with the plan's configuration (MTU 9000); returns the file snapshot. Once per module: each
+    test ends by checking that its fault left every node back at this snapshot, live."""
     rc, output = run_network(lab)
     assert rc == 0, output[-6000:]
     for node in lab.nodes:
