@@ -20,6 +20,7 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils.inventory_schema 
     host_variable_names,
 )
 from ansible_collections.dgxspark.cluster.plugins.module_utils.profile_schema import site_patches
+from ansible_collections.dgxspark.cluster.plugins.module_utils.secrets_dir import secrets_dir_problem
 from ansible_collections.dgxspark.cluster.plugins.module_utils import role_inputs
 from ansible_collections.dgxspark.cluster.plugins.module_utils.inventory_names import (
     known_names,
@@ -88,6 +89,20 @@ class ActionModule(ActionBase):
     _requires_connection = False
     _VALID_ARGS = frozenset(('profiles_dir', 'overrides'))
 
+    def _secrets_dir_problems(self, hostvars, heads):
+        """The refusal for secrets still kept only in the directory shared by the inventory directory's name (the
+        roles' default directory is per inventory now), unless the inventory names the directory itself."""
+        problems = []
+        for host in heads[:1]:
+            try:
+                host_vars = hostvars[host]
+            except KeyError:
+                continue
+            named = [name for name in host_vars.keys() if name == 'dgxspark_secrets_dir' or name.endswith('_controller_secrets_dir')]
+            if not named and host_vars.get('inventory_dir'):
+                problems.append(secrets_dir_problem(self._templar.template(host_vars['inventory_dir'])))
+        return [problem for problem in problems if problem]
+
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
         result = super(ActionModule, self).run(tmp, task_vars)
@@ -150,6 +165,7 @@ class ActionModule(ActionBase):
                 dict((host, values['ansible_host']) for host, values in role_values.items() if 'ansible_host' in values),
                 plan['rails']))
             problems.extend(role_inputs.api_rail_overlap_problems(role_values, plan['rails']))
+        problems.extend(self._secrets_dir_problems(hostvars, plan_groups['head']))
         result['changed'] = False
         if problems:
             result['failed'] = True

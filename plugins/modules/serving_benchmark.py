@@ -97,7 +97,7 @@ EXAMPLES = r"""
   dgxspark.cluster.serving_benchmark:
     url: http://spark-alpha:8000/v1
     model: Qwen/Qwen3.5-397B-A17B-FP8
-    api_key_file: ~/.config/dgxspark/4node/vllm_api_key
+    api_key_file: ~/.config/dgxspark/4node-0123456789ab/vllm_api_key
     concurrency: [1, 2, 4]
     results_dir: results/qwen/rdma-2026-11-23
     label: rdma

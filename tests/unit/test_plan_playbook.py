@@ -8,6 +8,7 @@ import os
 import subprocess
 
 import pytest
+from ansible_collections.dgxspark.cluster.plugins.module_utils.secrets_dir import controller_secrets_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ANSIBLE_PLAYBOOK = os.path.join(ROOT, '.venv', 'bin', 'ansible-playbook')
@@ -183,3 +184,22 @@ def test_plan_table_says_risky_choices_out_loud():
     table = ' '.join(result.stdout.split())  # the callback folds the table's long lines
     assert 'Warning: dgxspark_api_allowed_cidrs has 0.0.0.0/0: the vLLM API is open to every address' in table
     assert 'Warning: dgxspark_nccl_transport is socket: NCCL runs over TCP' in table
+
+
+def test_plan_refuses_secrets_left_in_the_directory_shared_by_the_inventorys_name(tmp_path, monkeypatch):
+    # Releases before 0.3.0 kept ~/.config/dgxspark/4node for every inventory called 4node: moved by the user,
+    # never generated anew (a new API key for every client), and nothing is created before the user decides.
+    monkeypatch.setenv('HOME', str(tmp_path))
+    shared = tmp_path / '.config' / 'dgxspark' / '4node'
+    shared.mkdir(parents=True)
+    (shared / 'vllm_api_key').write_text('key\n')
+    result = run_plan('inventories/4node')
+    assert result.returncode != 0
+    own = controller_secrets_dir(os.path.join(ROOT, 'inventories/4node'), home=str(tmp_path))
+    assert 'run `mv %s %s`' % (shared, own) in result.stdout, result.stdout[-3000:]
+    assert sorted(os.listdir(str(tmp_path / '.config' / 'dgxspark'))) == ['4node']
+    shared.rename(own)
+    assert run_plan('inventories/4node').returncode == 0
+    # An inventory that names its secrets directory is not asked.
+    os.rename(own, str(shared))
+    assert run_plan('inventories/4node', '-e', 'dgxspark_secrets_dir=%s' % shared).returncode == 0
