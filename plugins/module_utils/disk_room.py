@@ -8,15 +8,7 @@ from __future__ import annotations
 
 import os
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils.model_manifest import human_bytes
-
-
-def nearest_existing(path):
-    """``path`` or its nearest parent that exists (a directory not made yet is written on its parent's filesystem)."""
-    probe = os.path.abspath(path)
-    while not os.path.exists(probe) and os.path.dirname(probe) != probe:
-        probe = os.path.dirname(probe)
-    return probe
+from ansible_collections.dgxspark.cluster.plugins.module_utils.model_manifest import human_bytes, nearest_existing
 
 
 def filesystems(needs, stat=os.statvfs, device=lambda path: os.stat(path).st_dev):

@@ -150,15 +150,17 @@ def compare(root, manifest, hasher=file_sha256):
     }
 
 
+def nearest_existing(path):
+    """``path`` or its nearest parent that exists (a directory not made yet is written on its parent's filesystem)."""
+    probe = os.path.abspath(path)
+    while not os.path.exists(probe) and os.path.dirname(probe) != probe:
+        probe = os.path.dirname(probe)
+    return probe
+
+
 def free_bytes(path):
     """Free bytes for an unprivileged-safe estimate on the filesystem that holds `path` (or its nearest parent)."""
-    probe = os.path.abspath(path)
-    while not os.path.exists(probe):
-        parent = os.path.dirname(probe)
-        if parent == probe:
-            break
-        probe = parent
-    stat = os.statvfs(probe)
+    stat = os.statvfs(nearest_existing(path))
     return stat.f_bavail * stat.f_frsize
 
 

@@ -4,7 +4,8 @@ import os
 
 import pytest
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils.disk_room import filesystems, nearest_existing, problem
+from ansible_collections.dgxspark.cluster.plugins.module_utils.disk_room import filesystems, problem
+from ansible_collections.dgxspark.cluster.plugins.module_utils.model_manifest import nearest_existing
 
 GB = 10 ** 9
 StatVfs = collections.namedtuple("StatVfs", "f_bavail f_frsize")
