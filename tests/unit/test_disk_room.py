@@ -44,10 +44,6 @@ STORE = {"path": "/var/lib/docker", "bytes": 19 * GB, "role": "loaded into Docke
      "spark-delta: not enough disk for the serving image: 19.0 GB spooled at /var/lib/dgxspark/distribute, 10.0 GB free; "
      "free 9.0 GB there; 19.0 GB loaded into Docker at /var/lib/docker, 5.0 GB free; free 14.0 GB there "
      "(or lower distribute_reserve_bytes)"),
-    # (the row below: the first filesystem has room)
-    ({"/": 1, "/var/lib/docker": 2}, {1: 100 * GB, 2: 5 * GB}, 0,
-     "spark-delta: not enough disk for the serving image: 19.0 GB loaded into Docker at /var/lib/docker, 5.0 GB free; "
-     "free 14.0 GB there (or lower distribute_reserve_bytes)"),
 ])
 def test_places_on_one_filesystem_add_up_and_a_shortfall_is_named(devices, free, reserve, expected):
     stat, device = fake(devices, free)
