@@ -92,16 +92,14 @@ class ActionModule(ActionBase):
     def _secrets_dir_problems(self, hostvars, heads):
         """The refusal for secrets still kept only in the directory shared by the inventory directory's name (the
         roles' default directory is per inventory now), unless the inventory names the directory itself."""
-        problems = []
-        for host in heads[:1]:
-            try:
-                host_vars = hostvars[host]
-            except KeyError:
-                continue
-            named = [name for name in host_vars.keys() if name == 'dgxspark_secrets_dir' or name.endswith('_controller_secrets_dir')]
-            if not named and host_vars.get('inventory_dir'):
-                problems.append(secrets_dir_problem(self._templar.template(host_vars['inventory_dir'])))
-        return [problem for problem in problems if problem]
+        try:
+            host_vars = hostvars[heads[0]]
+        except (IndexError, KeyError):
+            return []
+        if any(name == 'dgxspark_secrets_dir' or name.endswith('_controller_secrets_dir') for name in host_vars.keys()):
+            return []
+        problem = secrets_dir_problem(self._templar.template(host_vars['inventory_dir'])) if host_vars.get('inventory_dir') else ''
+        return [problem] if problem else []
 
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}

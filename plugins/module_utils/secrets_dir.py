@@ -13,17 +13,16 @@ import os
 BASE = os.path.join('.config', 'dgxspark')
 
 
-def controller_secrets_dir(inventory_dir, home=None):
-    """``<home>/.config/dgxspark/<inventory directory name>-<12 hex digits of sha256(its real path)>``."""
-    real = os.path.realpath(os.path.expanduser(str(inventory_dir)))
-    digest = hashlib.sha256(real.encode('utf-8')).hexdigest()[:12]
-    return os.path.join(home or os.path.expanduser('~'), BASE, '%s-%s' % (os.path.basename(real), digest))
-
-
 def shared_secrets_dir(inventory_dir, home=None):
     """Where releases before 0.3.0 kept them: by the inventory directory's name alone, shared between namesakes."""
     real = os.path.realpath(os.path.expanduser(str(inventory_dir)))
     return os.path.join(home or os.path.expanduser('~'), BASE, os.path.basename(real))
+
+
+def controller_secrets_dir(inventory_dir, home=None):
+    """``<home>/.config/dgxspark/<inventory directory name>-<12 hex digits of sha256(its real path)>``."""
+    real = os.path.realpath(os.path.expanduser(str(inventory_dir)))
+    return '%s-%s' % (shared_secrets_dir(real, home), hashlib.sha256(real.encode('utf-8')).hexdigest()[:12])
 
 
 def secrets_dir_problem(inventory_dir, home=None):
