@@ -8,7 +8,7 @@ INVENTORY ?= inventories/4node
 PYTEST := $(BIN)/pytest
 MOLECULE_SCENARIOS := $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 
-.PHONY: help setup system-deps serving-venv run plan lint yamllint ansible-lint sanity unit serving-tests \
+.PHONY: help setup system-deps run plan lint yamllint ansible-lint sanity unit \
 	build bench-lab bench-network bench-deploy bench-distribute bench-serving lab-up lab-down lab-status lab-test \
 	molecule test clean
 
@@ -24,10 +24,6 @@ setup:
 # Debian packages the checks need (shellcheck for ansible-test's shell checks).
 system-deps:
 	bash tools/system-deps.sh
-
-# Pinned Ray for the serving stand-in's local integration tests (the lab image carries its own copy).
-serving-venv:
-	bash tools/serving-venv.sh
 
 # The users' command, on the 4-node lab: plan, network, os, ray, vllm, verify; it ends with the status table.
 run: setup lab-up
@@ -51,14 +47,11 @@ sanity: setup system-deps
 unit: setup
 	$(PYTEST) -n auto tests/unit tests/lab/test_labctl_unit.py
 
-serving-tests: setup serving-venv
-	$(PYTEST) tests/serving
-
 build: setup
 	rm -rf .build/dist && mkdir -p .build/dist
 	$(BIN)/ansible-galaxy collection build --output-path .build/dist .
 
-# --serving: the serving image (LAB STAND-IN for vLLM on real Ray) and the lab model on every node.
+# --serving: the serving image (vLLM's CPU build, mounted from the host) and the lab model on every node.
 lab-up: setup
 	bash lab/ensure-docker.sh
 	$(BIN)/python lab/labctl.py up --nodes $(NODES) --serving

@@ -45,7 +45,7 @@ from .constants import (
     DRIVER_RE, FABRIC, HOST_MTU, LABEL, LAB_DIR, MAX_NODES, MEMINFO_PATH, MGMT_FIRST_OFFSET, MGMT_GATEWAY,
     MGMT_NETWORK, MGMT_SUBNET, MIN_NODES, NODE_DIR, NODE_NAMES, NODE_REPO, NODE_START_MTU, RAIL_ADDRESS_OFFSET,
     RAIL_SUBNETS, RATE_RE, REPO_DIR, SERVING_BUILD_FORMAT, SERVING_DIR, SERVING_MODELS_DIR, SERVING_MODEL_MARKER,
-    SERVING_MODEL_NAME, SERVING_MODEL_SHARDS, SERVING_MODEL_SHARD_MIB, SERVING_PACKAGES, SERVING_REPO,
+    SERVING_MODEL_NAME, SERVING_MODEL_SHARDS, SERVING_PACKAGES, SERVING_REPO, ENGINE_ROOT,
     SPARK_MEMAVAILABLE_KIB, SPARK_MEMTOTAL_KIB, SPARK_SWAP_KIB, STATE_DIR, STATIC_INVENTORY_DIR, SUITE, LabError,
 )
 from .logic import (
@@ -53,7 +53,7 @@ from .logic import (
     host_veth, is_serving_test_path, memory_kib, mgmt_ip, node_faults, node_hash_parts, node_index, node_names,
     parse_apt_sources, parse_gib, parse_rail, parse_rate, rail_address, rate_to_bps, render_group_vars,
     render_hosts_yml, render_known_hosts, render_meminfo, render_ssh_config, serving_hash_parts, serving_model_hash,
-    serving_tag, short_name, tbf_args, tree_entries,
+    serving_tag, short_name, tbf_args, tree_entries, engine_dir, engine_hash,
 )
 from .host import load_state
 from .serving import serving_model_tar, serving_rootfs_key, slim_rootfs
@@ -66,13 +66,13 @@ __all__ = [
     "MGMT_FIRST_OFFSET", "MGMT_GATEWAY", "MGMT_NETWORK", "MGMT_SUBNET", "MIN_NODES", "NODE_DIR", "NODE_NAMES",
     "NODE_REPO", "NODE_START_MTU", "RAIL_ADDRESS_OFFSET", "RAIL_SUBNETS", "RATE_RE", "REPO_DIR",
     "SERVING_BUILD_FORMAT", "SERVING_DIR", "SERVING_MODELS_DIR", "SERVING_MODEL_MARKER", "SERVING_MODEL_NAME",
-    "SERVING_MODEL_SHARDS", "SERVING_MODEL_SHARD_MIB", "SERVING_PACKAGES", "SERVING_REPO", "SPARK_MEMAVAILABLE_KIB",
+    "SERVING_MODEL_SHARDS", "ENGINE_ROOT", "SERVING_PACKAGES", "SERVING_REPO", "SPARK_MEMAVAILABLE_KIB",
     "SPARK_MEMTOTAL_KIB", "SPARK_SWAP_KIB", "STATE_DIR", "STATIC_INVENTORY_DIR", "SUITE", "LabError",
     "base_hash_parts", "base_packages", "container_name", "content_hash", "default_state", "detect_mirror",
     "fabric_mac", "host_veth", "is_serving_test_path", "memory_kib", "mgmt_ip", "node_faults", "node_hash_parts", "node_index",
     "node_names", "parse_apt_sources", "parse_gib", "parse_rail", "parse_rate", "rail_address", "rate_to_bps",
     "render_group_vars", "render_hosts_yml", "render_known_hosts", "render_meminfo", "render_ssh_config",
-    "serving_hash_parts", "serving_model_hash", "serving_tag", "short_name", "tbf_args", "tree_entries",
+    "serving_hash_parts", "serving_model_hash", "serving_tag", "engine_dir", "engine_hash", "short_name", "tbf_args", "tree_entries",
     "load_state", "serving_model_tar", "serving_rootfs_key", "slim_rootfs", "LIVE_STATE_DIR_EXPR",
     "render_mgmt_netplan", "write_inventory", "main",
 ]

@@ -27,7 +27,7 @@ from .ssh import MGMT_NETPLAN_PATH, ensure_ssh_keys, mgmt_netplan_tar, ssh_dir, 
 from .network import ensure_bridges, ensure_iptables, ensure_mgmt_network, remove_iptables
 from .nodes import (
     apply_node_network, connect_mgmt, container_pid, create_node, cut_mgmt, ensure_meminfo, fabric_ok, in_node_netns,
-    inspect_container, lab_containers, mgmt_connected, node_keys_id, pin_fabric_macs, plumb_fabric, remove_node,
+    inspect_container, lab_containers, outdated_node, mgmt_connected, node_keys_id, pin_fabric_macs, plumb_fabric, remove_node,
     system_state, wait_nodes, wait_ssh, write_meminfo,
 )
 
@@ -67,6 +67,10 @@ def cmd_up(args):
                          or info["NetworkSettings"]["Networks"].get(MGMT_NETWORK, {}).get("IPAddress") not in
                          (mgmt_ip(index), None, "")):
                 log("recreating %s (image or address changed)" % node)
+                remove_node(node)
+                info = None
+            elif info and outdated_node(info):
+                log("recreating %s (%s)" % (node, outdated_node(info)))
                 remove_node(node)
                 info = None
             elif info and (info["Config"].get("Labels") or {}).get(LABEL + ".keys") != node_keys_id(node):

@@ -25,13 +25,19 @@ BASE_REPO = "dgxspark-lab/node-base"
 NODE_REPO = "dgxspark-lab/node"
 BUILD_FORMAT = "2"  # bump to force a rebuild when the build procedure itself changes
 
-# Serving image (LAB STAND-IN for vLLM on real Ray, lab/serving/README.md): its own debootstrap rootfs.
+# Serving image (lab/serving/README.md): a small bookworm rootfs whose `vllm` and `ray` are vLLM's CPU build, a
+# virtualenv on this host under ENGINE_ROOT, mounted read-only at the same path into every node (and, through the lab
+# inventory's dgxspark_serving_extra_volumes, into the serving containers): one copy for every node and container.
 SERVING_REPO = "dgxspark-lab/serving"
-SERVING_BUILD_FORMAT = "3"
-SERVING_PACKAGES = ("python3", "python3-venv", "iproute2", "procps", "ca-certificates", "python-is-python3")
+SERVING_BUILD_FORMAT = "4"
+SERVING_PACKAGES = ("python3", "python3-venv", "iproute2", "procps", "ca-certificates", "python-is-python3", "libnuma1")
+ENGINE_ROOT = "/opt/dgxspark-lab/engines"
+ENGINE_FORMAT = "1"
+ENGINE_COMPLETE = ".dgxspark-lab-engine-complete"
 SERVING_MODELS_DIR = "/var/lib/dgxspark-lab/models"  # in each node; containers mount it (e.g. at /models)
-SERVING_MODEL_NAME = "qwen3-standin"
-SERVING_MODEL_SHARDS, SERVING_MODEL_SHARD_MIB = 4, 1.0
+# The lab's model: a tiny Qwen3-MoE made by lab/serving/make_lab_model.py (random weights, local tokenizer).
+SERVING_MODEL_NAME = "qwen3-moe-tiny"
+SERVING_MODEL_SHARDS = 4
 SERVING_MODEL_MARKER = ".dgxspark-lab-model"  # holds the model's content hash
 
 LABEL = "dgxspark.lab"
@@ -56,6 +62,8 @@ HOST_MTU = 9000
 # How long `restart` keeps a node down: longer than Ray takes to mark a silent node dead (its health checks, about
 # 20 s), shorter than a real DGX Spark's reboot (minutes), so that tests stay quick and no node meets its own ghost.
 REBOOT_DOWN_S = 45
+# A node's /dev/shm (Docker's default is 64 MiB; a machine's is half its memory, and vLLM's engine core needs 160 MiB).
+NODE_SHM_BYTES = 2 * 2 ** 30
 NODE_START_MTU = 1500
 
 CAPABILITIES = ("SYS_ADMIN", "NET_ADMIN", "NET_RAW", "MKNOD", "SYS_PTRACE", "IPC_LOCK", "SYS_CHROOT",

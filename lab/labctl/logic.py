@@ -12,7 +12,7 @@ import re
 from .constants import (
     BUILD_FORMAT, CONTAINER_PREFIX, DEFAULT_MIRROR, DEFAULT_NODES, MAX_NODES, MGMT_FIRST_OFFSET, MGMT_SUBNET,
     FABRIC, MIN_NODES, NODE_DIR, NODE_NAMES, RAIL_ADDRESS_OFFSET, RAIL_SUBNETS, RATE_RE, SERVING_BUILD_FORMAT, SERVING_DIR,
-    SERVING_MODEL_NAME, SERVING_MODEL_SHARDS, SERVING_MODEL_SHARD_MIB, SERVING_PACKAGES, SERVING_REPO,
+    SERVING_MODEL_NAME, SERVING_MODEL_SHARDS, SERVING_PACKAGES, SERVING_REPO, ENGINE_FORMAT, ENGINE_ROOT,
     SPARK_MEMAVAILABLE_KIB, SPARK_MEMTOTAL_KIB, SPARK_SWAP_KIB, SUITE, LabError,
 )
 
@@ -212,11 +212,12 @@ def is_serving_test_path(rel):
 
 
 def serving_hash_parts(mirror, serving_dir=SERVING_DIR):
-    """Inputs of the serving image: build format, mirror, suite, packages, every file of lab/serving/ but tests."""
+    """Inputs of the serving image: build format, mirror, suite, packages, every file of lab/serving/ but tests and the
+    lab's vLLM patches (applied at container start from the inventory, not built in)."""
     parts = [("format", False, SERVING_BUILD_FORMAT.encode()), ("mirror", False, mirror.encode()),
              ("suite", False, SUITE.encode()), ("packages", False, ",".join(SERVING_PACKAGES).encode())]
     parts += [("serving/" + rel, x, data) for rel, x, data in tree_entries(serving_dir)
-              if not is_serving_test_path(rel)]
+              if not is_serving_test_path(rel) and not rel.replace(os.sep, "/").startswith("patches/")]
     return parts
 
 
@@ -224,13 +225,29 @@ def serving_tag(mirror, serving_dir=SERVING_DIR):
     return "%s:%s" % (SERVING_REPO, content_hash(serving_hash_parts(mirror, serving_dir)))
 
 
-def serving_model_hash(serving_dir=SERVING_DIR, name=SERVING_MODEL_NAME, shards=SERVING_MODEL_SHARDS,
-                       shard_mib=SERVING_MODEL_SHARD_MIB):
-    """Content hash of the lab-made model directory: its generator, the safetensors writer, the parameters."""
-    parts = [("params", False, json.dumps([name, shards, shard_mib]).encode())]
-    for rel in ("make_model_dir.py", os.path.join("dgxspark_vllm_standin", "safetensors_io.py")):
+ENGINE_INPUTS = ("engine/requirements.lock", "build-engine.sh")
+
+
+def engine_hash(serving_dir=SERVING_DIR):
+    """Content hash of the lab's vLLM engine: its lock and its build script."""
+    parts = [("format", False, ENGINE_FORMAT.encode())]
+    for rel in ENGINE_INPUTS:
         with open(os.path.join(serving_dir, rel), "rb") as handle:
             parts.append((rel, False, handle.read()))
+    return content_hash(parts)
+
+
+def engine_dir(serving_dir=SERVING_DIR):
+    """Where the engine's virtualenv is, on this host and (mounted) in every node and serving container."""
+    return "%s/vllm-%s" % (ENGINE_ROOT, engine_hash(serving_dir))
+
+
+def serving_model_hash(serving_dir=SERVING_DIR, name=SERVING_MODEL_NAME, shards=SERVING_MODEL_SHARDS):
+    """Content hash of the lab's model: its generator, its parameters and the engine whose libraries write it."""
+    parts = [("params", False, json.dumps([name, shards]).encode()),
+             ("engine", False, engine_hash(serving_dir).encode())]
+    with open(os.path.join(serving_dir, "make_lab_model.py"), "rb") as handle:
+        parts.append(("make_lab_model.py", False, handle.read()))
     return content_hash(parts)
 
 
@@ -257,13 +274,17 @@ def render_hosts_yml(count, header=None):
     return "\n".join(lines) + "\n"
 
 
-def render_group_vars(template_text, state_dir_expr, model_profile=None):
-    """The live inventory's group_vars/all.yml: the static one with the state-dir line (and profile) replaced."""
+def render_group_vars(template_text, state_dir_expr, model_profile=None, site_patches_dir=None):
+    """The live inventory's group_vars/all.yml: the static one with the state-dir line (and profile, and the lab
+    patches' directory, which the static one finds next to itself) replaced."""
     # The key's line and its indented continuation lines (a folded scalar) are replaced as one.
     out = re.sub(r"(?m)^dgxspark_lab_state_dir:.*(?:\n[ \t]+\S.*)*$",
                  lambda _match: "dgxspark_lab_state_dir: %s" % json.dumps(state_dir_expr), template_text)
     if model_profile:
         out = re.sub(r"(?m)^dgxspark_model_profile:.*$", "dgxspark_model_profile: %s" % model_profile, out)
+    if site_patches_dir:
+        out = re.sub(r"(?m)^dgxspark_site_patches_dir:.*(?:\n[ \t]+\S.*)*$",
+                     lambda _match: "dgxspark_site_patches_dir: %s" % json.dumps(site_patches_dir), out)
     return out
 
 

@@ -10,7 +10,7 @@ import threading
 import time
 
 from .constants import (
-    BRIDGES, CAPABILITIES, CONTAINER_PREFIX, FABRIC, HOST_MTU, LABEL, MEMINFO_PATH, MGMT_GATEWAY, MGMT_NETWORK,
+    BRIDGES, CAPABILITIES, CONTAINER_PREFIX, ENGINE_ROOT, FABRIC, NODE_SHM_BYTES, HOST_MTU, LABEL, MEMINFO_PATH, MGMT_GATEWAY, MGMT_NETWORK,
     NODE_START_MTU, LabError,
 )
 from .logic import container_name, fabric_mac, host_veth, memory_kib, mgmt_ip, node_faults, render_meminfo, tbf_args
@@ -50,8 +50,19 @@ def node_keys_id(node):
     return digest.hexdigest()[:16]
 
 
+def outdated_node(info):
+    """Why a node container made by an older labctl must be made again (None when it is current): the host's engines
+    must be mounted, and /dev/shm sized like a machine's (vLLM's engine core puts its 160 MiB rings there)."""
+    if not any(m.get("Destination") == ENGINE_ROOT for m in info.get("Mounts") or []):
+        return "made without the engine mount %s" % ENGINE_ROOT
+    if (info.get("HostConfig") or {}).get("ShmSize") != NODE_SHM_BYTES:
+        return "its /dev/shm is not %d MiB" % (NODE_SHM_BYTES // 2 ** 20)
+    return None
+
+
 def create_node(node, index, image):
     name = container_name(node)
+    os.makedirs(ENGINE_ROOT, exist_ok=True)
     args = ["create", "--name", name, "--hostname", node,
             "--label", "%s=1" % LABEL, "--label", "%s.node=%s" % (LABEL, node),
             "--label", "%s.index=%d" % (LABEL, index), "--label", "%s.keys=%s" % (LABEL, node_keys_id(node)),
@@ -63,6 +74,9 @@ def create_node(node, index, image):
     args += ["--tmpfs", "/run", "--tmpfs", "/run/lock", "--tmpfs", "/tmp",
              "-v", "/sys/fs/cgroup:/sys/fs/cgroup:ro",
              "-v", "%sdocker-%s:/var/lib/docker" % (CONTAINER_PREFIX, node),
+             # vLLM's CPU build (lab/serving/build-engine.sh), one read-only copy for every node and container
+             "-v", "%s:%s:ro" % (ENGINE_ROOT, ENGINE_ROOT),
+             "--shm-size", str(NODE_SHM_BYTES),
              "--stop-signal", "SIGRTMIN+3", "--stop-timeout", "10",
              "-e", "container=docker", image]
     docker(*args)

@@ -1,21 +1,20 @@
-"""The serving image (LAB STAND-IN for vLLM on real Ray, lab/serving/README.md) and the lab model directory:
-build, cache, and loading both into the nodes' Docker.
+"""The serving image with vLLM's CPU build (lab/serving/README.md), its engine on this host, and the lab's model:
+build, cache, and loading the image and the model into the nodes.
 """
 
 import io
 import os
 import shutil
 import subprocess
-import sys
 import tarfile
 import threading
 import time
 
 from .constants import (
-    CACHE_DIR, SERVING_BUILD_FORMAT, SERVING_DIR, SERVING_MODELS_DIR, SERVING_MODEL_MARKER, SERVING_MODEL_NAME,
-    SERVING_MODEL_SHARDS, SERVING_MODEL_SHARD_MIB, SERVING_PACKAGES, SERVING_REPO, SUITE, LabError,
+    CACHE_DIR, ENGINE_COMPLETE, ENGINE_ROOT, SERVING_BUILD_FORMAT, SERVING_DIR, SERVING_MODELS_DIR, SERVING_MODEL_MARKER,
+    SERVING_MODEL_NAME, SERVING_MODEL_SHARDS, SERVING_PACKAGES, SERVING_REPO, SUITE, LabError,
 )
-from .logic import container_name, content_hash, detect_mirror, serving_model_hash, serving_tag
+from .logic import container_name, content_hash, detect_mirror, engine_dir, serving_model_hash, serving_tag
 from .host import docker, docker_bin, load_state, log, out, run, save_state, state_lock
 from .images import debootstrap_rootfs, image_exists, remove_stale_images
 
@@ -64,30 +63,62 @@ def serving_rootfs(mirror, rootfs):
     run(["tar", "--numeric-owner", "-C", rootfs, "-xf", cached])
 
 
-def build_serving(mirror, tag):
-    """Serving rootfs (bookworm minbase + python3...) -> lab/serving/build_image.sh -> docker import."""
+def engine_complete(engine):
+    return os.path.exists(os.path.join(engine, ENGINE_COMPLETE))
+
+
+def engine_mount():
+    """The docker -v argument that shows the engines to a container at the same path, read-only."""
+    return "%s:%s:ro" % (ENGINE_ROOT, ENGINE_ROOT)
+
+
+def prune_engines(keep):
+    for name in os.listdir(ENGINE_ROOT):
+        path = os.path.join(ENGINE_ROOT, name)
+        if path != keep and name.startswith("vllm-"):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def run_build_script(script, *args):
+    env = dict(os.environ, DGXSPARK_ENGINE_WHEELS=os.path.join(CACHE_DIR, "engine-wheels"))
+    proc = subprocess.run(["bash", os.path.join(SERVING_DIR, script)] + list(args), env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
+    if proc.returncode != 0:
+        raise LabError("lab/serving/%s failed:\n%s" % (script, "\n".join(
+            proc.stdout.decode(errors="replace").splitlines()[-30:])))
+
+
+def build_serving(mirror, tag, engine, need_engine, need_image):
+    """Serving rootfs (bookworm minbase + python3...) -> the engine (build-engine.sh) and/or the image (build_image.sh)."""
     rootfs = os.path.join(CACHE_DIR, "serving-build-" + tag.split(":")[1])
     started = time.time()
-    log("building the serving image %s" % tag)
     try:
         serving_rootfs(mirror, rootfs)
-        log("installing the stand-in (lab/serving/build_image.sh)")
-        proc = subprocess.run(["bash", os.path.join(SERVING_DIR, "build_image.sh"), rootfs, tag],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
-        if proc.returncode != 0:
-            raise LabError("lab/serving/build_image.sh failed:\n%s" % "\n".join(
-                proc.stdout.decode(errors="replace").splitlines()[-30:]))
+        if need_engine:
+            log("building the vLLM engine %s (lab/serving/build-engine.sh)" % engine)
+            os.makedirs(ENGINE_ROOT, exist_ok=True)
+            run_build_script("build-engine.sh", rootfs, engine)
+            with open(os.path.join(engine, ENGINE_COMPLETE), "w") as handle:
+                handle.write(tag + "\n")
+            prune_engines(engine)
+            log("engine %s built in %.0f s" % (engine, time.time() - started))
+        if need_image:
+            log("building the serving image %s (lab/serving/build_image.sh)" % tag)
+            run_build_script("build_image.sh", rootfs, tag, engine)
     finally:
         shutil.rmtree(rootfs, ignore_errors=True)
-    log("serving image %s built in %.0f s" % (tag, time.time() - started))
+    version = out(docker("run", "--rm", "--network", "none", "-v", engine_mount(), tag, "vllm", "--version")).splitlines()
+    log("serving image %s with vLLM %s ready in %.0f s" % (tag, version[-1] if version else "?", time.time() - started))
 
 
 def ensure_serving_image():
-    """The serving image's tag; built (never pulled) only when lab/serving/ changed."""
+    """The serving image's tag; it and its engine are built (never pulled) only when lab/serving/ changed."""
     mirror = detect_mirror()
     tag = serving_tag(mirror)
-    if not image_exists(tag):
-        build_serving(mirror, tag)
+    engine = engine_dir()
+    need_engine, need_image = not engine_complete(engine), not image_exists(tag)
+    if need_engine or need_image:
+        build_serving(mirror, tag, engine, need_engine, need_image)
         remove_stale_images(SERVING_REPO, tag)
     return tag
 
@@ -115,20 +146,22 @@ def node_has_model(node, model_hash):
 _MODEL_TAR_LOCK = threading.Lock()
 
 
-def serving_model_tar(model_hash):
-    """tar of <name>/ (made by lab/serving/make_model_dir.py on the host, cached by content hash)."""
+def serving_model_tar(model_hash, tag):
+    """tar of <name>/ (made by lab/serving/make_lab_model.py in the serving image, cached by content hash)."""
     with _MODEL_TAR_LOCK:
-        return _serving_model_tar_locked(model_hash)
+        return _serving_model_tar_locked(model_hash, tag)
 
 
-def _serving_model_tar_locked(model_hash):
+def _serving_model_tar_locked(model_hash, tag):
     cached = os.path.join(CACHE_DIR, "serving-model-%s.tar" % model_hash)
     if not os.path.exists(cached):
         tmp = os.path.join(CACHE_DIR, "serving-model-%s.tmp" % model_hash)
         shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(tmp)
         target = os.path.join(tmp, SERVING_MODEL_NAME)
-        run([sys.executable, os.path.join(SERVING_DIR, "make_model_dir.py"), target, "--shards",
-             str(SERVING_MODEL_SHARDS), "--shard-mib", str(SERVING_MODEL_SHARD_MIB)])
+        # Made by the engine's own libraries (torch, transformers, tokenizers), in the serving image.
+        docker("run", "--rm", "--network", "none", "-v", engine_mount(), "-v", "%s:/out" % tmp, tag,
+               "dgxspark-make-lab-model", "/out/" + SERVING_MODEL_NAME, "--shards", str(SERVING_MODEL_SHARDS))
         with open(os.path.join(target, SERVING_MODEL_MARKER), "w") as handle:
             handle.write(model_hash + "\n")
         buf = io.BytesIO()
@@ -147,12 +180,12 @@ def _serving_model_tar_locked(model_hash):
         return handle.read()
 
 
-def install_serving_model(node, model_hash):
+def install_serving_model(node, model_hash, tag):
     if node_has_model(node, model_hash):
         return False
     path = serving_model_path()
     node_exec(node, "sh", "-c", "rm -rf '%s' && mkdir -p '%s'" % (path, SERVING_MODELS_DIR), check=True)
-    docker("cp", "-", "%s:%s" % (container_name(node), SERVING_MODELS_DIR), input_data=serving_model_tar(model_hash))
+    docker("cp", "-", "%s:%s" % (container_name(node), SERVING_MODELS_DIR), input_data=serving_model_tar(model_hash, tag))
     return True
 
 
@@ -170,7 +203,8 @@ def copy_image_into_node(node, image):
 
 
 def load_serving_into_node(node, tag):
-    """docker save | docker load into the node's Docker where the tag is missing; older serving tags removed."""
+    """docker save | docker load into the node's (vfs) Docker where the tag is missing (the image is small: its engine is
+    mounted); older serving tags removed."""
     result = {"node": node, "image": "present", "model": "present", "load_s": None}
     if not node_has_image(node, tag):
         result["image"], result["load_s"] = "loaded", copy_image_into_node(node, tag)
@@ -178,7 +212,7 @@ def load_serving_into_node(node, tag):
                                   SERVING_REPO)).splitlines():
             if line and line != tag:
                 node_exec(node, "docker", "rmi", line)  # fails (kept) while a container uses it
-    if install_serving_model(node, serving_model_hash()):
+    if install_serving_model(node, serving_model_hash(), tag):
         result["model"] = "written"
     return result
 

@@ -9,7 +9,7 @@ import os
 import tarfile
 import time
 
-from .constants import MGMT_GATEWAY, MGMT_SUBNET, STATE_DIR, STATIC_INVENTORY_DIR
+from .constants import MGMT_GATEWAY, MGMT_SUBNET, SERVING_DIR, STATE_DIR, STATIC_INVENTORY_DIR
 from .logic import (
     mgmt_ip, node_index, node_names, render_group_vars, render_hosts_yml, render_known_hosts, render_ssh_config,
 )
@@ -54,7 +54,7 @@ def write_inventory(count, model_profile=None):
     write_file(os.path.join(inv, "hosts.yml"), render_hosts_yml(count))
     template = read_text(os.path.join(STATIC_INVENTORY_DIR, "group_vars", "all.yml"))
     write_file(os.path.join(inv, "group_vars", "all.yml"),
-               render_group_vars(template, LIVE_STATE_DIR_EXPR, model_profile))
+               render_group_vars(template, LIVE_STATE_DIR_EXPR, model_profile, os.path.join(SERVING_DIR, "patches")))
 
 
 MGMT_NETPLAN_PATH = "etc/netplan/01-dgxspark-lab-mgmt.yaml"

@@ -46,7 +46,7 @@ _RFC3339 = re.compile(r'^(?P<date>\d{4})-(?P<month>\d\d)-(?P<day>\d\d)[Tt ](?P<h
 # "{desc}: {percentage:3.0f}% Completed | {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}]"),
 # desc "Loading safetensors checkpoint shards" (also "Loading pt ...", "Loading np_cache ...",
 # "Preloading safetensors ..."), optionally behind a process prefix such as "(EngineCore_DP0 pid=123)"
-# or "(RayWorkerWrapper pid=345, ip=192.168.100.11)". The lab stand-in prints the same format.
+# or "(RayWorkerProc pid=345, ip=192.168.100.11)" (vLLM 0.32's Ray executor, as seen in the lab).
 _PROGRESS = re.compile(r'(?P<desc>(?:Pre)?[Ll]oading [\w. -]*?checkpoint shards):\s*(?P<percent>\d{1,3})%\s*Completed\s*\|\s*'
                        r'(?P<done>\d+)/(?P<total>\d+)')
 # A process prefix of a vLLM log line: (EngineCore_DP0 pid=312), (RayWorkerWrapper pid=401, ip=192.168.100.11).

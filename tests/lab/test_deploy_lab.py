@@ -1,6 +1,7 @@
 """The whole deployment on the 4-node lab, as users run it: `ansible-playbook playbooks/deploy-397b.yml`.
 
-Real Ray 2.60 in one serving container per node, the vLLM 0.33 LAB STAND-IN on the head (lab/serving/README.md).
+Real Ray 2.60 in one serving container per node and vLLM's own engine (its CPU build, 0.32) across the four ranks, the
+API server on the head (lab/serving/README.md).
 Checks: the first deploy serves (status table healthy, smoke answer); a second deploy changes nothing and restarts
 nothing; a changed vLLM option restarts vLLM only; a changed NCCL transport recreates the Ray containers; a load that
 hangs at shard k trips the stall watchdog naming k/n; a flag vLLM rejects fails fast with vLLM's own message; an image
@@ -14,6 +15,7 @@ test stops the cluster and deploys it whole, so the module leaves the users' def
 """
 
 import json
+import re
 
 import pytest
 
@@ -56,7 +58,8 @@ def test_first_deploy_serves_and_ends_with_a_healthy_table(deployed):
     out = deployed["output"]
     assert "Ray on spark-alpha: 4/4 nodes alive, 4 GPUs" in out
     assert "vLLM serves Qwen/Qwen3.5-397B-A17B-FP8 on http://" in out
-    assert "Smoke answer: This is the dgxspark lab stand-in for vLLM 0.33.0" in out
+    # vLLM's own engine answered: the lab model's random tokens, from the served name over all four ranks
+    assert re.search(r"Smoke answer: \S", out), out[-3000:]
     assert 'Authorization: Bearer $(cat ' in out
     assert out.rindex("healthy") > out.rindex("Smoke answer")
     for node in ("spark-alpha", "spark-beta", "spark-gamma", "spark-delta"):
@@ -92,18 +95,16 @@ def test_changed_vllm_option_restarts_vllm_only(lab, deployed):
 
 def test_changed_nccl_transport_recreates_the_ray_containers(lab, deployed):
     before = containers(lab)
-    try:
-        rc, out = deploy(lab, "--tags", "ray,vllm", "-e", "dgxspark_nccl_transport=socket")
-        assert rc == 0, out[-4000:]
-        after = containers(lab)
-        for node in lab.nodes:
-            assert after[node][RAY][0] != before[node][RAY][0], node
-            env = lab.host(node).check_output("docker inspect --format '{{json .Config.Env}}' %s" % RAY)
-            assert "NCCL_IB_DISABLE=1" in env and "NCCL_IB_HCA=" not in env
-        assert after["spark-alpha"][VLLM][1] != before["spark-alpha"][VLLM][1]
-    finally:
-        rc, out = deploy(lab, "--tags", "ray,vllm")
-        assert rc == 0, out[-4000:]
+    rc, out = deploy(lab, "--tags", "ray,vllm", "-e", "dgxspark_nccl_transport=socket")
+    assert rc == 0, out[-4000:]
+    after = containers(lab)
+    for node in lab.nodes:
+        assert after[node][RAY][0] != before[node][RAY][0], node
+        env = lab.host(node).check_output("docker inspect --format '{{json .Config.Env}}' %s" % RAY)
+        assert "NCCL_IB_DISABLE=1" in env and "NCCL_IB_HCA=" not in env
+    assert after["spark-alpha"][VLLM][1] != before["spark-alpha"][VLLM][1]
+    # Left on the socket transport: the next test's deploy asks for RDMA again, and the last one deploys the whole
+    # cluster as the inventory says.
 
 
 def test_image_missing_on_one_node_fails_before_any_container_changes(lab, deployed):
@@ -111,7 +112,8 @@ def test_image_missing_on_one_node_fails_before_any_container_changes(lab, deplo
     before = containers(lab)
     lab.host("spark-delta").run_expect([0], "docker image rm --force %s" % image)
     try:
-        rc, out = deploy(lab, "--tags", "ray,vllm", "-e", "dgxspark_nccl_transport=socket")
+        # Back to the inventory's RDMA transport: every Ray container would be recreated, none is.
+        rc, out = deploy(lab, "--tags", "ray,vllm")
         assert rc != 0
         assert "The serving image %s is missing on spark-delta; no container was changed on any node" % image in out
         assert containers(lab) == before
@@ -152,4 +154,4 @@ def test_stop_then_status_fails_and_deploy_serves_again(lab, deployed):
     assert "The cluster is not healthy" in out
     rc, out = deploy(lab)
     assert rc == 0, out[-4000:]
-    assert "Smoke answer: This is the dgxspark lab stand-in" in out
+    assert re.search(r"Smoke answer: \S", out), out[-3000:]

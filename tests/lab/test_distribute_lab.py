@@ -11,12 +11,13 @@ import time
 
 import pytest
 
+from ansible_collections.dgxspark.cluster.plugins.module_utils.model_manifest import human_bytes
 from ansible_lab import recap, run_playbook
 
 pytestmark = pytest.mark.lab
 
 PLAYBOOK = "distribute.yml"
-MODEL = "/var/lib/dgxspark-lab/models/qwen3-standin"
+MODEL = "/var/lib/dgxspark-lab/models/qwen3-moe-tiny"
 BIG = "/var/lib/dgxspark-lab/models/distribute-test"
 
 
@@ -32,6 +33,12 @@ def model_state(lab, path=MODEL):
                                  "| sort && find . -type f ! -name .dgxspark-manifest.json -print0 | sort -z | xargs -0r sha256sum" % path)
         state[node] = out.stdout
     return state
+
+
+def model_bytes(lab, node, path=MODEL):
+    """The size of the model's files on a node (what the phase copies to a node that has none of them)."""
+    sizes = lab.host(node).check_output("find %s -type f ! -name .dgxspark-manifest.json -printf '%%s\\n'" % path)
+    return sum(int(size) for size in sizes.split())
 
 
 def image_ids(lab):
@@ -86,7 +93,8 @@ def test_nodes_that_lack_the_image_or_model_receive_them_verified_and_a_rerun_do
     shard = "%s/model-00002-of-00004.safetensors" % MODEL
     # Same size, other content, newer mtime (a corrupt copy): hashed, found wrong, removed and copied again.
     lab.host("spark-beta").run("printf XXXX | dd of=%s bs=1 seek=100 conv=notrunc status=none && touch %s" % (shard, shard))
-    lab.host("spark-delta").run("docker rmi -f $(docker images -q) >/dev/null")
+    # (a serving container left by another module would keep its image)
+    lab.host("spark-delta").run("docker rm -f dgxspark-ray dgxspark-vllm; docker rmi -f $(docker images -q) >/dev/null")
     # Without room for the image twice (spooled, then loaded into Docker on the same filesystem) nothing starts.
     before = model_state(lab), image_ids(lab)
     rc, out = run_playbook(lab, PLAYBOOK, *extra_vars(distribute_reserve_bytes=10 ** 16, distribute_model=False))
@@ -131,7 +139,9 @@ def test_a_node_without_room_is_named_with_what_it_needs_and_has_before_any_copy
     try:
         rc, out = run_playbook(lab, PLAYBOOK, *extra_vars(distribute_reserve_bytes=10 ** 16))
         assert rc != 0
-        assert "spark-gamma: not enough disk for the model at %s: 4.1 MB to copy + 10000.0 TB kept free" % MODEL in out, out[-3000:]
+        size = human_bytes(model_bytes(lab, "spark-alpha"))
+        assert "spark-gamma: not enough disk for the model at %s: %s to copy + 10000.0 TB kept free" % (MODEL, size) in out, \
+            out[-3000:]
         assert " free; free " in out
         assert (model_state(lab), image_ids(lab)) == before
     finally:

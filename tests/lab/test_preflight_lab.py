@@ -17,7 +17,7 @@ from ansible_lab import four_serving_nodes, playbook_ok, run_playbook
 
 pytestmark = pytest.mark.lab
 
-MODEL_DIR = "/var/lib/dgxspark-lab/models/qwen3-standin"
+MODEL_DIR = "/var/lib/dgxspark-lab/models/qwen3-moe-tiny"
 # What a deploy changes: the collection's files and stamps, the netplan and sysctl drop-ins, every container's state.
 WATCHED = "/etc/dgxspark /etc/netplan /etc/sysctl.d /etc/security/limits.d /var/lib/dgxspark " + MODEL_DIR
 SNAPSHOT = ("find %s -type f -exec sha256sum {} + 2>/dev/null | sort; "

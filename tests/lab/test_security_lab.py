@@ -14,6 +14,7 @@
 import concurrent.futures
 import json
 import os
+import re
 import socket
 import stat
 import urllib.error

@@ -100,3 +100,13 @@ def test_the_hang_hook_blocks_when_it_opens_the_shard_after_k(env):
     with pytest.raises(subprocess.TimeoutExpired) as exc:
         run(env, code, timeout=5, DGXSPARK_LAB_HANG_AT_SHARD='2')
     assert (exc.value.stdout or b'').decode().split() == ['opened', 'a', 'opened', 'b']
+
+
+def test_the_hang_hook_reads_its_variable_when_a_shard_is_opened_not_at_import(env):
+    # A Ray worker imports the loader before vLLM's executor gives it the driver's environment.
+    code = ('import os, sys\nfrom vllm.model_executor.model_loader import weight_utils as w\n'
+            'os.environ["DGXSPARK_LAB_HANG_AT_SHARD"] = "1"\n'
+            'for p in "abc":\n    w.safe_open(p)\n    print("opened", p, flush=True)\n')
+    with pytest.raises(subprocess.TimeoutExpired) as exc:
+        run(env, code, timeout=5)
+    assert (exc.value.stdout or b'').decode().split() == ['opened', 'a']

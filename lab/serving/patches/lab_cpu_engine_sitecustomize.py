@@ -16,6 +16,8 @@ import importlib.machinery
 import os
 import socket
 import sys
+import threading
+import time
 
 
 def _ray_device_key_gpu(module):
@@ -39,18 +41,21 @@ def _shm_only_on_one_machine(module):
 
 
 def _hang_at_shard(module):
-    try:
-        shards = int(os.environ.get("DGXSPARK_LAB_HANG_AT_SHARD", ""))
-    except ValueError:
-        return
     safe_open = module.safe_open
     opened = []
 
     def safe_open_or_hang(*args, **kwargs):
+        # Read at each call, not at import: a Ray worker imports this module before vLLM's executor gives it the
+        # driver's environment.
+        try:
+            shards = int(os.environ.get("DGXSPARK_LAB_HANG_AT_SHARD", ""))
+        except ValueError:
+            return safe_open(*args, **kwargs)
+        # A slow disk: each shard takes long enough for the progress bar (tqdm, 0.1 s apart at most) to print its k/n.
+        time.sleep(0.5)
         if len(opened) >= shards:
             sys.stderr.write("dgxspark LAB hook: DGXSPARK_LAB_HANG_AT_SHARD=%d, the load stops here\n" % shards)
             sys.stderr.flush()
-            import threading  # pylint: disable=import-outside-toplevel
             threading.Event().wait()
         opened.append(args[0] if args else None)
         return safe_open(*args, **kwargs)

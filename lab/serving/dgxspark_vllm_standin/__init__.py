@@ -1,1 +1,0 @@
-"""dgxspark LAB STAND-IN for `vllm serve`: real Ray, no GPU, no model, never generates text."""
