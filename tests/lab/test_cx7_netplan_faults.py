@@ -33,7 +33,9 @@ def test_rail_lost_during_a_change_fails_naming_node_and_rail_and_rolls_back(lab
             lab.labctl("rail", node, "2", "down")
 
     try:
-        rc, output = run_network(lab, "-e", "cx7_netplan_mtu=8000", on_line=pull_rail)
+        # A pulled cable never settles: 3 looks 2 s apart are enough to say so (the role's default waits 30 s).
+        rc, output = run_network(lab, "-e", "cx7_netplan_mtu=8000", "-e", "cx7_netplan_settle_retries=3",
+                                 on_line=pull_rail)
     finally:
         lab.labctl("rail", node, "2", "up")
     assert pulled.is_set(), output[-6000:]
