@@ -38,8 +38,9 @@ def main(argv=None):
     p = sub.add_parser("attach")
     p.add_argument("node")
     p.set_defaults(func=lambda a: cmd_attach(a, False))
-    p = sub.add_parser("restart", help="reboot a node: down for --down-s seconds, like a machine, then up")
-    p.add_argument("node")
+    p = sub.add_parser("restart", help="reboot nodes: down for --down-s seconds, like machines, then up (several at "
+                                       "once: a power cut)")
+    p.add_argument("node", nargs="+")
     p.add_argument("--down-s", type=float, default=REBOOT_DOWN_S,
                    help="seconds the node stays down (default %(default)s: a DGX Spark's reboot takes minutes)")
     p.set_defaults(func=cmd_restart)

@@ -252,18 +252,25 @@ def cmd_attach(args, detached):
 
 
 def cmd_restart(args):
+    """Reboot the nodes together (one node: a reboot; several: a power cut), each down --down-s seconds."""
     with state_lock():
-        state = require_state(args.node)
-        docker("stop", "-t", "10", container_name(args.node))
+        for node in args.node:
+            state = require_state(node)
+        for node in args.node:
+            docker("stop", "-t", "10", container_name(node))
         # Down as long as a machine's reboot at least: a node back within seconds meets its own old incarnation in
         # Ray (not yet marked dead), which no hardware does.
         time.sleep(max(0.0, args.down_s))
-        docker("start", container_name(args.node))
-        plumb_fabric(args.node, state)
-    results = wait_nodes([args.node])
-    sysstate, ssh_ok, failed = results[args.node]
-    log("%s restarted: system %s, ssh %s %s" % (args.node, sysstate, "ok" if ssh_ok else "NOT reachable", failed))
-    return 0 if ssh_ok else 1
+        for node in args.node:
+            docker("start", container_name(node))
+            plumb_fabric(node, state)
+    results = wait_nodes(args.node)
+    ok = True
+    for node in args.node:
+        sysstate, ssh_ok, failed = results[node]
+        ok = ok and ssh_ok
+        log("%s restarted: system %s, ssh %s %s" % (node, sysstate, "ok" if ssh_ok else "NOT reachable", failed))
+    return 0 if ok else 1
 
 
 def cmd_reset(args):

@@ -25,6 +25,23 @@ PHASE_RE = re.compile(r'^[a-z][a-z0-9_]*$')
 WATCH_KINDS = ('files', 'interfaces', 'containers', 'sysctls', 'nft_tables')
 STAMP_VERSION = 1
 
+# What only the model's phases read (distribute, ray, vllm): the plan's model, sizing and serving parts, and the
+# variables that choose and size the model. A phase whose roles read none of them (network, os, firewall: the rails,
+# the OS, the ports) leaves them out of its inputs, so that another model, context length or Hugging Face token does
+# not run it again. tests/unit/test_phase_state.py checks that those roles read none of them.
+MODEL_PLAN_KEYS = ('assumptions', 'decode', 'enable_expert_parallel', 'gpu_memory_utilization', 'gpus', 'hf_repo',
+                   'kv_cache', 'kv_cache_dtype', 'max_model_len', 'memory', 'model_profile', 'patches',
+                   'pipeline_parallel_size', 'tensor_parallel_size', 'variables', 'vllm_options', 'warnings',
+                   'world_size')
+MODEL_VARIABLES = ('dgxspark_allow_expert_parallel_with_fp8_moe', 'dgxspark_allow_gpu_memory_utilization_above_ceiling',
+                   'dgxspark_distribute_image', 'dgxspark_distribute_model', 'dgxspark_enable_expert_parallel',
+                   'dgxspark_gpu_memory_utilization', 'dgxspark_hf_token', 'dgxspark_kv_cache_dtype',
+                   'dgxspark_max_model_len', 'dgxspark_model', 'dgxspark_model_dir', 'dgxspark_model_download',
+                   'dgxspark_model_profile', 'dgxspark_model_revision', 'dgxspark_node_memory_bandwidth_gbs',
+                   'dgxspark_node_memory_gib', 'dgxspark_pipeline_parallel_size', 'dgxspark_profiles_dir',
+                   'dgxspark_runtime_overhead_gib', 'dgxspark_site_patches', 'dgxspark_site_patches_dir',
+                   'dgxspark_tensor_parallel_size', 'dgxspark_vllm_site_args')
+
 
 class PhaseStateError(ValueError):
     """Inputs that cannot describe a phase's state."""
@@ -37,6 +54,19 @@ def canonical_json(data):
 
 def digest(data):
     return hashlib.sha256(canonical_json(data).encode('utf-8')).hexdigest()
+
+
+def without_model_inputs(data):
+    """The inputs {'plan': ..., 'vars': ...} of a phase that reads nothing of the model, less MODEL_PLAN_KEYS and
+    MODEL_VARIABLES (other keys are kept as they are)."""
+    if not isinstance(data, Mapping):
+        raise PhaseStateError('the inputs of a model-free phase must be a mapping with plan and vars, got %s'
+                              % type(data).__name__)
+    kept = dict(data)
+    for part, names in (('plan', MODEL_PLAN_KEYS), ('vars', MODEL_VARIABLES)):
+        if isinstance(kept.get(part), Mapping):
+            kept[part] = dict((k, v) for k, v in kept[part].items() if k not in names)
+    return kept
 
 
 def validate_phase(phase):

@@ -13,6 +13,8 @@ contacts a host: tests/unit/test_preflight.py drives it with recorded readings.
 """
 from __future__ import annotations
 
+import ipaddress
+
 from ansible_collections.dgxspark.cluster.plugins.module_utils.profile_schema import version_problems
 
 CHECKS = ('ssh', 'gpu', 'memory', 'docker', 'image', 'model', 'fabric', 'ports', 'clock', 'os')
@@ -102,7 +104,7 @@ def _memory(report, host, memory, plan, expect, serving_running):
     report.ok(host, 'memory', '%.0f/%.0f GiB free, %s' % (available, total, swap))
 
 
-def _docker(report, host, docker, expect):
+def _docker(report, host, docker, expect, rails):
     if docker.get('error'):
         report.problem(host, 'docker', docker['error'], 'a running Docker daemon', 'systemctl enable --now docker')
         return False
@@ -111,8 +113,33 @@ def _docker(report, host, docker, expect):
                        'the NVIDIA Container Toolkit (runtime nvidia, or CDI specs in /etc/cdi)',
                        'install nvidia-container-toolkit and run nvidia-ctk runtime configure --runtime=docker, then restart Docker')
         return True
+    overlaps = docker_network_overlaps(docker.get('networks') or {}, rails)
+    if overlaps:
+        report.problem(host, 'docker', '; '.join(
+            'Docker network %s (%s) overlaps %s (%s)' % (name, subnet, rail['name'], rail['subnet']) for name, subnet, rail in overlaps),
+            'no Docker network inside a rail subnet (the node would route rail traffic into it, and rail addresses are '
+            'trusted with every port)',
+            'docker network rm %s, or give Docker default-address-pools outside the rails in /etc/docker/daemon.json'
+            % ' '.join(sorted(set(name for name, _subnet, _rail in overlaps))))
+        return True
     report.ok(host, 'docker', docker['version'].split('+')[0])
     return True
+
+
+def docker_network_overlaps(networks, rails):
+    """[(network, subnet, rail)] for every Docker subnet that overlaps a rail's subnet (same IP version)."""
+    found = []
+    for name in sorted(networks):
+        for subnet in networks[name]:
+            try:
+                net = ipaddress.ip_network(subnet, strict=False)
+            except ValueError:
+                continue
+            for rail in (r for r in rails if r.get('subnet')):
+                rail_net = ipaddress.ip_network(rail['subnet'], strict=False)
+                if net.version == rail_net.version and net.overlaps(rail_net):
+                    found.append((name, subnet, rail))
+    return found
 
 
 def _image_versions(report, host, image, expect, plan):
@@ -250,7 +277,7 @@ def evaluate(plan, expect, nodes):
         drivers[host] = _gpu(report, host, facts['gpu'], expect)
         serving = any(name in expect['own_containers'] for name in facts['docker'].get('containers', {}).values())
         _memory(report, host, facts['memory'], plan, expect, serving)
-        _docker(report, host, facts['docker'], expect)
+        _docker(report, host, facts['docker'], expect, plan.get('rails', []))
         _fabric(report, host, nodes[host].get('cx7'), plan, expect)
         _ports(report, host, facts.get('ports', []), expect)
         # The kernel in the table; the OS and kernel of every node are compared below (warnings).

@@ -78,6 +78,20 @@ def parse_os_release(text):
     return values.get('PRETTY_NAME') or ' '.join(v for v in (values.get('NAME'), values.get('VERSION_ID')) if v)
 
 
+# What preflight_facts asks Docker for each network: its name, then its subnets.
+DOCKER_NETWORK_FORMAT = '{{.Name}}{{range .IPAM.Config}} {{.Subnet}}{{end}}'
+
+
+def parse_docker_networks(output):
+    """`docker network inspect --format DOCKER_NETWORK_FORMAT ID...` -> {name: [subnet, ...]} (host and none: [])."""
+    networks = {}
+    for line in (output or '').splitlines():
+        parts = line.split()
+        if parts:
+            networks[parts[0]] = parts[1:]
+    return networks
+
+
 def parse_docker_ps(output):
     """`docker ps --no-trunc --format '{{.ID}} {{.Names}}'` -> {id: name}."""
     containers = {}

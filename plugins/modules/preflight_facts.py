@@ -71,7 +71,8 @@ memory:
   returned: always
   type: dict
 docker:
-  description: C(version), C(runtimes), C(cdi) (CDI spec files), C(containers) (running, id to name), C(error).
+  description: C(version), C(runtimes), C(cdi) (CDI spec files), C(containers) (running, id to name), C(networks) (name to
+    its subnets), C(error).
   returned: always
   type: dict
 ports:
@@ -168,7 +169,17 @@ def docker_facts(module):
         runtimes = []
     _rc, ps, _err = run(module, ['docker', 'ps', '--no-trunc', '--format', '{{.ID}} {{.Names}}'])
     cdi = sorted(path for directory in _CDI_DIRS for path in glob.glob(os.path.join(directory, '*.[jy]*')))
-    return {'version': out.strip(), 'runtimes': runtimes, 'cdi': cdi, 'containers': parse.parse_docker_ps(ps), 'error': ''}
+    return {'version': out.strip(), 'runtimes': runtimes, 'cdi': cdi, 'containers': parse.parse_docker_ps(ps),
+            'networks': network_facts(module), 'error': ''}
+
+
+def network_facts(module):
+    """Docker's networks and their subnets ({} when Docker cannot list them)."""
+    rc, ids, _err = run(module, ['docker', 'network', 'ls', '-q'])
+    if rc != 0 or not ids.split():
+        return {}
+    rc, out, _err = run(module, ['docker', 'network', 'inspect', '--format', parse.DOCKER_NETWORK_FORMAT] + ids.split())
+    return parse.parse_docker_networks(out) if rc == 0 else {}
 
 
 def port_facts(module, containers):

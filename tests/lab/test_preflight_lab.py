@@ -64,6 +64,19 @@ def test_a_driver_mismatch_is_named(stopped_lab):
             "Fix: install the same driver on every node") in out
 
 
+def test_a_docker_network_inside_a_rail_subnet_is_named(stopped_lab):
+    # A network of another tool on the node (a compose project's) that took addresses of rail 2.
+    gamma = stopped_lab.host("spark-gamma")
+    gamma.check_output("docker network create --subnet 192.168.101.128/25 other-project >/dev/null")
+    try:
+        out = deploy_stops_at_preflight(stopped_lab)
+    finally:
+        gamma.run("docker network rm other-project")
+    assert ("spark-gamma: docker: found Docker network other-project (192.168.101.128/25) overlaps rail2 "
+            "(192.168.101.0/24)") in out, out[-4000:]
+    assert "Fix: docker network rm other-project, or give Docker default-address-pools outside the rails" in out
+
+
 def test_the_image_missing_on_one_node(stopped_lab):
     tag = stopped_lab.state()["serving_image"]
     gamma = stopped_lab.host("spark-gamma")

@@ -197,11 +197,34 @@ def test_secret_files_are_0600_root(lab, deployed):
         assert stat.S_IMODE(info.st_mode) == 0o600 and info.st_uid == 0, name
 
 
+# CAP_IPC_LOCK is bit 14 of the kernel's capability sets.
+CAP_IPC_LOCK = 1 << 14
+
+
 def test_no_serving_process_can_gain_privileges(lab, deployed):
     containers = [(node, "dgxspark-ray") for node in lab.nodes] + [(HEAD, "dgxspark-vllm")]
     for node, container in containers:
         options = lab.host(node).check_output("docker inspect --format '{{json .HostConfig.SecurityOpt}}' %s" % container)
         assert "no-new-privileges" in json.loads(options), (node, container, options)
-        # The kernel's view of a process inside (/proc/self: the containers share the node's PID namespace).
+        # The kernel's view of a process inside (/proc/self: the head's containers share the node's PID namespace).
         status = lab.host(node).check_output("docker exec %s grep NoNewPrivs /proc/self/status" % container)
         assert status.split() == ["NoNewPrivs:", "1"], (node, container, status)
+
+
+def test_each_container_has_only_the_capabilities_and_pid_namespace_it_needs(lab, deployed):
+    # Ray: IPC_LOCK alone (RDMA memory registration); vLLM's API server and engine core: none. The head's two containers
+    # share the node's PID namespace (the driver and its raylet find each other by PID), a worker keeps its own.
+    expected = dict(((node, "dgxspark-ray"), (CAP_IPC_LOCK, ["IPC_LOCK"], "host" if node == HEAD else ""))
+                    for node in lab.nodes)
+    expected[(HEAD, "dgxspark-vllm")] = (0, None, "host")
+    for (node, container), (caps, added, pid_mode) in expected.items():
+        host = lab.host(node)
+        config = json.loads(host.check_output("docker inspect --format '{{json .HostConfig}}' %s" % container))
+        assert (config["CapDrop"], config["CapAdd"], config["PidMode"]) == (["ALL"], added, pid_mode), (node, container)
+        # What the kernel gives a process inside: the effective and bounding sets hold exactly that.
+        status = dict(line.split(":\t") for line in host.check_output(
+            "docker exec %s grep -E '^Cap(Eff|Bnd)' /proc/self/status" % container).splitlines())
+        assert int(status["CapEff"], 16) == caps and int(status["CapBnd"], 16) == caps, (node, container, status)
+    # A worker's container sees its own processes only; the head's sees the node's (its systemd as PID 1).
+    assert lab.host("spark-beta").check_output("docker exec dgxspark-ray cat /proc/1/comm") != "systemd"
+    assert lab.host(HEAD).check_output("docker exec dgxspark-ray cat /proc/1/comm") == "systemd"

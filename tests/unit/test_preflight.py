@@ -10,7 +10,8 @@ HOSTS = ['spark-alpha', 'spark-beta', 'spark-gamma', 'spark-delta']
 PLAN = {
     'head': 'spark-alpha',
     'nodes': [{'host': h, 'rank': i} for i, h in enumerate(HOSTS)],
-    'rails': [{'name': 'rail1', 'interface': 'enp1s0f1np1'}, {'name': 'rail2', 'interface': 'enP2p1s0f1np1'}],
+    'rails': [{'name': 'rail1', 'interface': 'enp1s0f1np1', 'subnet': '192.168.100.0/24'},
+              {'name': 'rail2', 'interface': 'enP2p1s0f1np1', 'subnet': '192.168.101.0/24'}],
     'mtu': 9000,
     'gpu_memory_utilization': 0.85,
     'memory': {'budget_gib': 103.4, 'node_memory_gib': 121.7},
@@ -118,6 +119,12 @@ def test_healthy_cluster_passes_with_one_row_per_node():
     ({'spark_alpha': setter(['facts', 'ports'], [dict(port=8000, address='0.0.0.0', process='python3', pid=4242, container='')])},
      {},
      ['spark-alpha: ports: found 8000 (vLLM API) held by python3 pid 4242', 'vllm_container_port']),
+    # A Docker network inside a rail subnet (the default bridge moved there, or a compose project's network).
+    ({'spark_gamma': setter(['facts', 'docker', 'networks'], {'bridge': ['172.17.0.0/16'], 'host': [], 'none': [],
+                                                              'llm_default': ['192.168.100.0/20', 'fd00:1::/64']})}, {},
+     ['spark-gamma: docker: found Docker network llm_default (192.168.100.0/20) overlaps rail1 (192.168.100.0/24); '
+      'Docker network llm_default (192.168.100.0/20) overlaps rail2 (192.168.101.0/24)',
+      'docker network rm llm_default, or give Docker default-address-pools outside the rails']),
     ({'spark_delta': setter(['facts', 'clock_offset_s'], 42.0)}, {},
      ['spark-delta: clock: found clock +41.9 s from the other nodes', 'timedatectl set-ntp true']),
 ])
@@ -142,6 +149,9 @@ def test_each_bad_reading_is_named_with_its_fix(changes, expect, fragments):
                                 n['facts']['docker'].update(containers={'x' * 64: 'dgxspark-vllm'}),
                                 n['facts']['memory'].update(available_kib=20 * GIB))}, {}, 'spark-alpha', 'ours'),
     ({'spark_beta': setter(['facts', 'docker', 'runtimes'], ['runc'])}, {'needs_gpu_runtime': False}, 'spark-beta', '28.3.3'),
+    # Docker's own networks outside the rails, and an IPv6 one, are fine.
+    ({'spark_beta': setter(['facts', 'docker', 'networks'], {'bridge': ['172.17.0.0/16'], 'v6': ['fd00:100::/64'], 'host': []})},
+     {}, 'spark-beta', '28.3.3'),
 ])
 def test_what_the_deploy_will_bring_or_already_owns_is_not_a_problem(changes, expect, host, cell):
     report = evaluate(nodes(**changes), **expect)

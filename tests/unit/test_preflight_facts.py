@@ -64,6 +64,15 @@ def test_parse_os_release(text, expected):
     assert pf.parse_os_release(text) == expected
 
 
+def test_parse_docker_networks():
+    # `docker network inspect --format DOCKER_NETWORK_FORMAT $(docker network ls -q)`, Docker 20.10.24 (Debian 12),
+    # plus a network with an IPv4 and an IPv6 subnet.
+    listing = 'bridge 172.17.0.0/16\ndgxspark-lab-mgmt 172.31.240.0/24\nhost\nnone\ndual 10.9.0.0/24 fd00:9::/64\n'
+    assert pf.parse_docker_networks(listing) == {'bridge': ['172.17.0.0/16'], 'dgxspark-lab-mgmt': ['172.31.240.0/24'],
+                                                 'host': [], 'none': [], 'dual': ['10.9.0.0/24', 'fd00:9::/64']}
+    assert pf.parse_docker_networks('') == {}
+
+
 def test_parse_docker_ps():
     listing = '%s dgxspark-ray\n%s old-sglang\n' % ('a' * 64, 'b' * 64)
     assert pf.parse_docker_ps(listing) == {'a' * 64: 'dgxspark-ray', 'b' * 64: 'old-sglang'}
