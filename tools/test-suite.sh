@@ -2,8 +2,8 @@
 # `make test`: every check, in order, stopping at the first failure; at the end (pass or fail) the table of each
 # part's wall time: what a fresh machine installs first (the venv, Debian packages, Docker), lint, sanity, unit, build,
 # the lab by module (tests/lab/conftest.py records them), molecule by scenario, and the run's own wall time.
-# The lab's build (debootstrap, the engine's wheels: network and disk) runs in the background beside the checks that
-# only need the CPU (lint, sanity, unit, build), and the lab tests wait for it.
+# The lab's build (debootstrap, the engine's wheels: network and disk) runs in the background beside the virtualenv and
+# the checks that only need the CPU (lint, sanity, unit, build), and the lab tests wait for it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .build
@@ -12,15 +12,15 @@ date +%s > .build/test-started
 trap 'python3 tools/durations.py' EXIT
 t() { tools/timed.sh "$@"; }
 
-t setup bash tools/setup.sh
 t system-deps bash tools/system-deps.sh
 t docker bash lab/ensure-docker.sh
-
-t lab-up .venv/bin/python lab/labctl.py up --nodes 4 --serving > .build/lab-up.log 2>&1 &
+# labctl needs only Python's standard library: it starts before the project's virtualenv exists.
+t lab-up python3 lab/labctl.py up --nodes 4 --serving > .build/lab-up.log 2>&1 &
 lab_up=$!
 # A check that fails stops the run; the lab's build must not outlive it.
 trap 'pkill -TERM -P "$lab_up" 2>/dev/null; kill "$lab_up" 2>/dev/null; python3 tools/durations.py' EXIT
 
+t setup bash tools/setup.sh
 t yamllint .venv/bin/yamllint --strict .
 t ansible-lint env PATH="$PWD/.venv/bin:$PATH" .venv/bin/ansible-lint --profile production --nocolor
 t sanity bash tools/sanity.sh
