@@ -1,7 +1,6 @@
 """Phases whose roles read nothing of the model (network, os, firewall) leave the model's inputs out of their digest:
 the table of what is left out, the filter on real plan data, and a check over deploy.yml, the roles of those phases and
 the plugins they call that none of them reads a left-out variable or plan key."""
-import json
 import os
 import re
 
