@@ -51,7 +51,10 @@ _PROGRESS = re.compile(r'(?P<desc>(?:Pre)?[Ll]oading [\w. -]*?checkpoint shards)
                        r'(?P<done>\d+)/(?P<total>\d+)')
 # A process prefix of a vLLM log line: (EngineCore_DP0 pid=312), (RayWorkerWrapper pid=401, ip=192.168.100.11).
 _PREFIX = re.compile(r'\((?P<name>[A-Za-z_][\w]*) pid=(?P<pid>\d+)(?:, ip=(?P<ip>[\d.:a-fA-F]+))?\)')
-_ERROR_WORDS = re.compile(r'ERROR|Error|Traceback|raise |Exception|exited|error:|Killed|out of memory|[Ff]atal')
+# pydantic's detail lines ("  Value error, Unknown quantization method: nvfp4 [type=value_error, ...]") carry vLLM's own
+# message for a rejected option, under a ValidationError line that does not.
+_ERROR_WORDS = re.compile(r'ERROR|Error|Traceback|raise |Exception|exited|error:|Killed|out of memory|[Ff]atal|Value error, |'
+                          r'\[type=[a-z_]+')
 FINAL_LINES = 5
 
 
@@ -190,7 +193,7 @@ def error_lines(lines, limit=15):
 
     The final lines (up to 5) are always kept; the rest of the room goes to the latest lines that
     carry ERROR, Error, Traceback, ``raise ``, Exception, ``exited`` (or error:, Killed, out of memory,
-    fatal), each text once (its last occurrence). Accepts text lines or ``{ts, line}`` items.
+    fatal, pydantic's ``Value error,`` and ``[type=...]`` details), each text once (its last occurrence). Accepts text lines or ``{ts, line}`` items.
     """
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
         raise VllmProgressError('limit must be a positive integer, got %r' % (limit,))

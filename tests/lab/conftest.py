@@ -188,8 +188,9 @@ def pytest_sessionfinish(session):
 
 # ---------------------------------------------------------------- module order
 # The modules that deploy and serve run last, in this order, each leaving the cluster serving for the next
-# (ansible_lab.serving_cluster): one start for the run instead of a start and a stop per module. The modules before them
-# take rails down, stop serving (preflight) or run their own 2-node Ray (serving_lab), and would break a served cluster.
+# (ansible_lab.serving_cluster): one start for the run instead of a start and a stop per module (the last one leaves its
+# engine starting again by itself). The modules before them take rails down or stop serving (preflight), and would
+# break a served cluster.
 SERVING_MODULES = ("test_deploy_lab.py", "test_healing_lab.py", "test_benchmark_lab.py", "test_security_lab.py",
                    "test_profile_patches_lab.py")
 

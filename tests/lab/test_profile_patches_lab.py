@@ -83,7 +83,7 @@ def profiles_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def deployed(lab, profiles_dir):
-    # The last serving module (conftest.SERVING_MODULES): it leaves the cluster serving.
+    # The last serving module (conftest.SERVING_MODULES): its last test leaves vLLM starting again by itself.
     return playbook_ok(four_serving_nodes(lab), "deploy.yml", *deploy_args(profiles_dir, "lab_patched"))
 
 
@@ -142,6 +142,12 @@ def test_a_patch_altered_on_a_node_stops_its_container_with_the_reason(lab, depl
         time.sleep(2)
         log = worker.check_output("docker logs --since 2m dgxspark-ray 2>&1")
     assert "/opt/dgxspark/patches/lab_marker.py has sha256" in log and "the profile records" in log, log[-2000:]
-    # A deploy puts the file back; Docker's restart policy then starts the container with it.
-    rc, out = run_playbook(lab, "deploy.yml", *deploy_args(profiles_dir, "lab_patched"))
+    # The ray phase puts the file back (its stamp watches the files); Docker's restart policy then starts the container
+    # with it, and the phase waits until the node is back in Ray. (vLLM, whose engine lost that rank, starts again by
+    # its own restart policy: this module is the last that serves, nothing waits for it.)
+    started = int(time.time())
+    rc, out = run_playbook(lab, "deploy.yml", "--tags", "ray", *deploy_args(profiles_dir, "lab_patched"))
     assert rc == 0, out[-4000:]
+    assert "Ray on spark-alpha: 4/4 nodes alive, 4 GPUs" in out, out[-4000:]
+    log = worker.check_output("docker logs --since %d dgxspark-ray 2>&1" % started)
+    assert "dgxspark patches: lab_marker.py (python) verified and applied" in log, log[-2000:]

@@ -216,7 +216,7 @@ def test_each_container_has_only_the_capabilities_and_pid_namespace_it_needs(lab
     # share the node's PID namespace (the driver and its raylet find each other by PID), a worker keeps its own.
     expected = dict(((node, "dgxspark-ray"), (CAP_IPC_LOCK, ["IPC_LOCK"], "host" if node == HEAD else ""))
                     for node in lab.nodes)
-    expected[(HEAD, "dgxspark-vllm")] = (0, None, "host")
+    expected[(HEAD, "dgxspark-vllm")] = (0, [], "host")
     for (node, container), (caps, added, pid_mode) in expected.items():
         host = lab.host(node)
         config = json.loads(host.check_output("docker inspect --format '{{json .HostConfig}}' %s" % container))

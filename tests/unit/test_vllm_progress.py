@@ -243,6 +243,20 @@ def test_error_lines(lines, limit, expected):
     assert error_lines(lines, limit=limit) == expected
 
 
+def test_error_lines_quote_vllm_s_message_for_a_rejected_option():
+    # vLLM 0.32 (the lab's CPU build) refusing --quantization nvfp4, then Docker's restart: what status.yml quotes
+    # (10 lines) must hold vLLM's own message, which pydantic prints on its own line under the ValidationError.
+    with open(FIXTURES / 'vllm_0.32_cpu_rejected_quantization.log', encoding='utf-8') as handle:
+        log = handle.read().splitlines()
+    restart = ['dgxspark patches: sitecustomize/lab_cpu_engine_sitecustomize.py (sitecustomize) verified',
+               'dgxspark_ray_ready: Ray offers 4 free GPU(s) on 4 ready node(s); the engine needs 4: checking that they stay (0 s)',
+               'dgxspark_ray_ready: Ray offers 4 free GPU(s) on 4 ready node(s); the engine needs 4 (5 s)',
+               'dgxspark LAB patch: vllm.platforms.cpu changed (lab_cpu_engine_sitecustomize)']
+    quoted = error_lines(log + restart, limit=10)
+    assert any(line.startswith('  Value error, Unknown quantization method: nvfp4.') for line in quoted), quoted
+    assert quoted[-4:] == restart
+
+
 @pytest.mark.parametrize('limit', [0, -1, 'x', True])
 def test_error_lines_rejects_limit(limit):
     with pytest.raises(VllmProgressError, match='limit'):
