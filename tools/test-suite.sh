@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make test`: every check, in order, stopping at the first failure; at the end (pass or fail) the table of each
 # part's wall time: what a fresh machine installs first (the venv, Debian packages, Docker), lint, sanity, unit, build,
-# the lab by module (tests/lab/conftest.py records them), molecule by scenario, and the run's own wall time.
+# the lab by module (tests/lab/conftest.py records them), molecule by scenario (on a second lab, beside the lab tests),
+# and the run's own wall time.
 # The lab's build (debootstrap, the engine's wheels: network and disk) runs in the background beside the virtualenv and
 # the checks that only need the CPU (lint, sanity, unit, build), and the lab tests wait for it.
 set -euo pipefail
@@ -34,10 +35,28 @@ printf 'lab-up (waited for)\t%s\t%s\n' "$(( $(date +%s) - waited ))" "$([ $lab_r
     >> .build/test-durations.tsv
 cat .build/lab-up.log
 [ $lab_rc -eq 0 ] || { echo "make test: the lab did not come up (its log above)" >&2; exit 1; }
+# Molecule's scenarios run on a second lab (its own nodes, networks and bridges, lab/README.md) beside the lab tests, at a
+# quarter of their CPU weight; the serving scenario first, while the lab's first modules (which start no engine) run.
+scenarios="serving $(ls molecule/*/molecule.yml | cut -d/ -f2 | grep -vx serving | sort | tr '\n' ' ')"
+(
+    export DGXSPARK_LAB_INSTANCE=1 DGXSPARK_LAB_STATE_SUFFIX=-1 DGXSPARK_LAB_CPU_SHARES=256
+    for scenario in $scenarios; do
+        t "molecule/$scenario" env PATH="$PWD/.venv/bin:$PATH" .venv/bin/molecule test -s "$scenario" || exit 1
+    done
+) > .build/molecule.log 2>&1 &
+molecule=$!
+trap 'pkill -TERM -P "$molecule" 2>/dev/null; kill "$molecule" 2>/dev/null; python3 tools/durations.py' EXIT
 # one row per module, written by tests/lab/conftest.py
 # The slowest lab tests by name (which to shorten next), after the modules.
-DGXSPARK_TEST_DURATIONS=.build/test-durations.tsv .venv/bin/pytest -m lab --durations=30 --durations-min=20 tests/lab
-for scenario in $(ls molecule/*/molecule.yml | cut -d/ -f2 | sort); do
-    t "molecule/$scenario" env PATH="$PWD/.venv/bin:$PATH" .venv/bin/molecule test -s "$scenario"
-done
+lab_rc=0
+DGXSPARK_TEST_DURATIONS=.build/test-durations.tsv .venv/bin/pytest -m lab --durations=30 --durations-min=20 tests/lab || lab_rc=$?
+waited=$(date +%s)
+molecule_rc=0
+wait "$molecule" || molecule_rc=$?
+trap 'python3 tools/durations.py' EXIT
+printf 'molecule (waited for)\t%s\t%s\n' "$(( $(date +%s) - waited ))" "$([ $molecule_rc -eq 0 ] && echo ok || echo FAILED)" \
+    >> .build/test-durations.tsv
+cat .build/molecule.log
+[ $lab_rc -eq 0 ] || { echo "make test: the lab tests failed (above the molecule log)" >&2; exit 1; }
+[ $molecule_rc -eq 0 ] || { echo "make test: a molecule scenario failed (its log above)" >&2; exit 1; }
 echo "make test: all checks passed"

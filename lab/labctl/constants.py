@@ -11,7 +11,12 @@ LAB_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPO_DIR = os.path.dirname(LAB_DIR)
 NODE_DIR = os.path.join(LAB_DIR, "node")
 SERVING_DIR = os.path.join(LAB_DIR, "serving")
-STATE_DIR = os.environ.get("DGXSPARK_LAB_STATE", os.path.join(LAB_DIR, "state"))
+# A second lab beside the first (molecule's, while the lab tests run): its own containers, networks, bridges and state.
+# 0 is the lab of `make run`, inventories/lab and the lab tests; 1 to 9 are further labs of the same images.
+INSTANCE = int(os.environ.get("DGXSPARK_LAB_INSTANCE", "0") or "0")
+if not 0 <= INSTANCE <= 9:
+    raise SystemExit("DGXSPARK_LAB_INSTANCE must be 0 to 9, got %d" % INSTANCE)
+STATE_DIR = os.environ.get("DGXSPARK_LAB_STATE", os.path.join(LAB_DIR, "state" if INSTANCE == 0 else "state-%d" % INSTANCE))
 CACHE_DIR = os.environ.get("DGXSPARK_LAB_CACHE", os.path.join(REPO_DIR, ".cache", "lab"))
 STATIC_INVENTORY_DIR = os.path.join(REPO_DIR, "inventories", "lab")
 
@@ -41,10 +46,14 @@ SERVING_MODEL_SHARDS = 4
 SERVING_MODEL_MARKER = ".dgxspark-lab-model"  # holds the model's content hash
 
 LABEL = "dgxspark.lab"
-CONTAINER_PREFIX = "dgxspark-lab-"
-MGMT_NETWORK = "dgxspark-lab-mgmt"
-MGMT_SUBNET = "172.31.240.0/24"
-MGMT_GATEWAY = "172.31.240.1"
+# The value of LABEL on this lab's containers and networks ("1": the first lab, as before there were several).
+LABEL_VALUE = "1" if INSTANCE == 0 else "instance-%d" % INSTANCE
+CONTAINER_PREFIX = "dgxspark-lab-" if INSTANCE == 0 else "dgxspark-lab%d-" % INSTANCE
+MGMT_NETWORK = CONTAINER_PREFIX + "mgmt"
+MGMT_SUBNET = "172.31.%d.0/24" % (240 + INSTANCE)
+MGMT_GATEWAY = "172.31.%d.1" % (240 + INSTANCE)
+# Host-side interface names (bridges, veths): at most 15 characters, "dsl-" for the first lab, "ds<N>-" for others.
+HOST_IF_PREFIX = "dsl-" if INSTANCE == 0 else "ds%d-" % INSTANCE
 MGMT_FIRST_OFFSET = 10  # spark-alpha = .10, spark-beta = .11, ...
 
 # The fabric: two isolated Linux bridges, one per rail; per node four veths named like GB10's CX-7.
@@ -55,7 +64,7 @@ FABRIC = (
     ("p0a", "enp1s0f0np0", None),
     ("p0b", "enP2p1s0f0np0", None),
 )
-BRIDGES = {1: "dsl-rail1", 2: "dsl-rail2"}
+BRIDGES = {1: HOST_IF_PREFIX + "rail1", 2: HOST_IF_PREFIX + "rail2"}
 RAIL_SUBNETS = {1: "192.168.100.0/24", 2: "192.168.101.0/24"}
 RAIL_ADDRESS_OFFSET = 10
 HOST_MTU = 9000
@@ -65,6 +74,8 @@ REBOOT_DOWN_S = 45
 # A node's /dev/shm (Docker's default is 64 MiB; a machine's is half its memory, and vLLM's engine core needs 160 MiB).
 NODE_SHM_BYTES = 2 * 2 ** 30
 NODE_START_MTU = 1500
+# The nodes' CPU weight (docker --cpu-shares): a lab that runs beside another one can be given less (molecule's: 256).
+CPU_SHARES = int(os.environ.get("DGXSPARK_LAB_CPU_SHARES", "1024") or "1024")
 
 CAPABILITIES = ("SYS_ADMIN", "NET_ADMIN", "NET_RAW", "MKNOD", "SYS_PTRACE", "IPC_LOCK", "SYS_CHROOT",
                 "SETFCAP", "AUDIT_WRITE", "AUDIT_CONTROL", "SYS_NICE", "CHOWN", "DAC_OVERRIDE", "FOWNER",

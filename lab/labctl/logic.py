@@ -10,7 +10,7 @@ import os
 import re
 
 from .constants import (
-    BUILD_FORMAT, CONTAINER_PREFIX, DEFAULT_MIRROR, DEFAULT_NODES, MAX_NODES, MGMT_FIRST_OFFSET, MGMT_SUBNET,
+    BUILD_FORMAT, CONTAINER_PREFIX, HOST_IF_PREFIX, DEFAULT_MIRROR, DEFAULT_NODES, MAX_NODES, MGMT_FIRST_OFFSET, MGMT_SUBNET,
     FABRIC, MIN_NODES, NODE_DIR, NODE_NAMES, RAIL_ADDRESS_OFFSET, RAIL_SUBNETS, RATE_RE, SERVING_BUILD_FORMAT, SERVING_DIR,
     SERVING_MODEL_NAME, SERVING_MODEL_SHARDS, SERVING_PACKAGES, SERVING_REPO, ENGINE_FORMAT, ENGINE_ROOT,
     SPARK_MEMAVAILABLE_KIB, SPARK_MEMTOTAL_KIB, SPARK_SWAP_KIB, SUITE, LabError,
@@ -51,7 +51,7 @@ def rail_address(rail, rank):
 
 def host_veth(node, kind):
     """Host-side end of a node's fabric veth, e.g. dsl-alpha-r1 (at most 15 characters)."""
-    name = "dsl-%s-%s" % (short_name(node), kind)
+    name = "%s%s-%s" % (HOST_IF_PREFIX, short_name(node), kind)
     if len(name) > 15:
         raise LabError("interface name %s is longer than 15 characters" % name)
     return name

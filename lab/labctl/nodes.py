@@ -10,7 +10,7 @@ import threading
 import time
 
 from .constants import (
-    BRIDGES, CAPABILITIES, CONTAINER_PREFIX, ENGINE_ROOT, FABRIC, NODE_SHM_BYTES, HOST_MTU, LABEL, MEMINFO_PATH, MGMT_GATEWAY, MGMT_NETWORK,
+    BRIDGES, CAPABILITIES, CONTAINER_PREFIX, CPU_SHARES, LABEL_VALUE, ENGINE_ROOT, FABRIC, NODE_SHM_BYTES, HOST_MTU, LABEL, MEMINFO_PATH, MGMT_GATEWAY, MGMT_NETWORK,
     NODE_START_MTU, LabError,
 )
 from .logic import container_name, fabric_mac, host_veth, memory_kib, mgmt_ip, node_faults, render_meminfo, tbf_args
@@ -64,7 +64,7 @@ def create_node(node, index, image):
     name = container_name(node)
     os.makedirs(ENGINE_ROOT, exist_ok=True)
     args = ["create", "--name", name, "--hostname", node,
-            "--label", "%s=1" % LABEL, "--label", "%s.node=%s" % (LABEL, node),
+            "--label", "%s=%s" % (LABEL, LABEL_VALUE), "--label", "%s.node=%s" % (LABEL, node),
             "--label", "%s.index=%d" % (LABEL, index), "--label", "%s.keys=%s" % (LABEL, node_keys_id(node)),
             "--network", MGMT_NETWORK, "--ip", mgmt_ip(index), "--network-alias", node,
             "--security-opt", "seccomp=unconfined", "--security-opt", "apparmor=unconfined",
@@ -78,6 +78,8 @@ def create_node(node, index, image):
              "-v", "%s:%s:ro" % (ENGINE_ROOT, ENGINE_ROOT),
              "--shm-size", str(NODE_SHM_BYTES),
              "--stop-signal", "SIGRTMIN+3", "--stop-timeout", "10",
+             # A lab that runs beside another one yields the CPU to it when both want it (the default weight is 1024).
+             "--cpu-shares", str(CPU_SHARES),
              "-e", "container=docker", image]
     docker(*args)
     docker("cp", "-", name + ":/", input_data=node_seed_tar(node))
@@ -227,7 +229,7 @@ def connect_mgmt(node, index):
 
 def lab_containers():
     """{node: container name} of every lab container that exists."""
-    proc = docker("ps", "-a", "--filter", "label=%s=1" % LABEL, "--format",
+    proc = docker("ps", "-a", "--filter", "label=%s=%s" % (LABEL, LABEL_VALUE), "--format",
                   '{{.Names}}\t{{.Label "%s.node"}}' % LABEL, check=False)
     result = {}
     for line in out(proc).splitlines():

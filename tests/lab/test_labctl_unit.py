@@ -3,7 +3,9 @@
 import importlib.util
 import io
 import os
+import json
 import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -32,6 +34,39 @@ standins = _load("standins_under_test", os.path.join(
 def test_node_names(count, last):
     names = labctl.node_names(count)
     assert names[0] == "spark-alpha" and names[-1] == last and len(names) == count
+
+
+# What a lab beside the first is made of (DGXSPARK_LAB_INSTANCE): read in a fresh interpreter, as labctl reads it.
+_INSTANCE_NAMES = (
+    "import json, labctl; from labctl.network import iptables_rules; "
+    "print(json.dumps([labctl.CONTAINER_PREFIX, labctl.MGMT_NETWORK, labctl.MGMT_SUBNET, labctl.MGMT_GATEWAY,"
+    " labctl.mgmt_ip(1), sorted(labctl.BRIDGES.values()), labctl.STATE_DIR.endswith('/lab/' + ('state' if labctl.INSTANCE == 0"
+    " else 'state-%d' % labctl.INSTANCE)), labctl.container_name('spark-beta'),"
+    " sorted(set(labctl.host_veth(n, k) for n in labctl.NODE_NAMES for k, _d, _r in labctl.FABRIC)),"
+    " iptables_rules()]))")
+
+
+@pytest.mark.parametrize("instance, prefix, subnet, bridges, veth", [
+    ("", "dgxspark-lab-", "172.31.240", ["dsl-rail1", "dsl-rail2"], "dsl-epsilon-p0b"),
+    ("1", "dgxspark-lab1-", "172.31.241", ["ds1-rail1", "ds1-rail2"], "ds1-epsilon-p0b"),
+    ("9", "dgxspark-lab9-", "172.31.249", ["ds9-rail1", "ds9-rail2"], "ds9-epsilon-p0b"),
+])
+def test_a_lab_beside_the_first_has_its_own_names_and_addresses(instance, prefix, subnet, bridges, veth):
+    env = dict(os.environ, DGXSPARK_LAB_INSTANCE=instance, PYTHONPATH=os.path.join(REPO, "lab"))
+    env.pop("DGXSPARK_LAB_STATE", None)
+    names = json.loads(subprocess.run([sys.executable, "-c", _INSTANCE_NAMES], env=env, capture_output=True,
+                                                    text=True, check=True).stdout)
+    assert names[:8] == [prefix, prefix + "mgmt", subnet + ".0/24", subnet + ".1", subnet + ".11", bridges, True,
+                         prefix + "spark-beta"]
+    assert veth in names[8] and all(len(name) <= 15 for name in names[8])
+    assert names[9] == [["-i", b, "-o", b, "-j", "ACCEPT"] for b in bridges]
+
+
+@pytest.mark.parametrize("instance", ["10", "-1"])
+def test_a_lab_instance_out_of_range_is_refused(instance):
+    env = dict(os.environ, DGXSPARK_LAB_INSTANCE=instance, PYTHONPATH=os.path.join(REPO, "lab"))
+    done = subprocess.run([sys.executable, "-c", "import labctl"], env=env, capture_output=True, text=True, check=False)
+    assert done.returncode != 0 and "DGXSPARK_LAB_INSTANCE must be 0 to 9" in done.stderr
 
 
 @pytest.mark.parametrize("count", [0, 1, 9, "4", True])
