@@ -38,14 +38,17 @@ def rail1_address(plan, name):
     return node["rail_addresses"][plan["rails"][0]["name"]]
 
 
-def test_container_runs_with_host_namespaces_and_restart_policy(host):
+def test_container_runs_with_host_namespaces_and_restart_policy(host, plan):
     container = inspect(host)
     assert container["State"]["Running"] is True
     assert container["HostConfig"]["NetworkMode"] == "host"
     assert container["HostConfig"]["IpcMode"] == "host"
-    assert container["HostConfig"]["PidMode"] == "host"
+    # The head's PID namespace is shared with its vLLM container (the driver and the raylet); a worker keeps its own.
+    is_head = host.ansible.get_variables()["inventory_hostname"] == plan["head"]
+    assert container["HostConfig"]["PidMode"] == ("host" if is_head else "")
     assert container["HostConfig"]["RestartPolicy"]["Name"] == "unless-stopped"
-    assert "IPC_LOCK" in (container["HostConfig"]["CapAdd"] or [])
+    # Docker's default capabilities dropped, IPC_LOCK alone added (RDMA memory registration).
+    assert (container["HostConfig"]["CapDrop"], container["HostConfig"]["CapAdd"]) == (["ALL"], ["IPC_LOCK"])
     assert container["HostConfig"]["Privileged"] is False
 
 

@@ -81,6 +81,9 @@ def test_engine_runs_with_ray_over_every_node(host):
     assert args[args.index("--distributed-executor-backend") + 1] == "ray"
     assert container["HostConfig"]["RestartPolicy"]["Name"] == "unless-stopped"
     assert container["Config"]["Tty"] is True
+    # No capability at all (the API server and the engine core need none), the head's PID namespace (its raylet).
+    assert (container["HostConfig"]["CapDrop"], container["HostConfig"]["CapAdd"]) == (["ALL"], [])
+    assert container["HostConfig"]["PidMode"] == "host"
 
 
 def test_driver_does_not_carry_per_host_values_to_workers(host):
