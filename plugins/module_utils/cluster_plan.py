@@ -30,6 +30,7 @@ Decode roofline (single stream, upper bound):
 from __future__ import annotations
 
 import math
+import re
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils.role_inputs import interface_name_problem
 from ansible_collections.dgxspark.cluster.plugins.module_utils.profile_schema import (
@@ -61,6 +62,8 @@ else:
 GB = 1000 ** 3
 GIB = 1024 ** 3
 KV_DTYPE_BYTES = {'fp8': 1}
+# A Hugging Face commit id: the only revision that cannot change after it was reviewed.
+COMMIT = re.compile(r'^[0-9a-f]{40}$')
 
 
 class ClusterPlanError(ValueError):
@@ -83,6 +86,9 @@ def validate_profile(name, profile):
     if not problems and profile['kv_cache_layers'] > profile['num_hidden_layers']:
         problems.append('model profile %s: kv_cache_layers %d exceeds num_hidden_layers %d; fix the profile file.' % (
             name, profile['kv_cache_layers'], profile['num_hidden_layers']))
+    if 'revision' in profile and not (isinstance(profile['revision'], str) and COMMIT.match(profile['revision'])):
+        problems.append('model profile %s: revision %r is not a commit (40 lowercase hex digits); a profile pins what it '
+                        'was checked against, never a branch or tag: fix the profile file.' % (name, profile['revision']))
     if isinstance(profile.get('patches', []), list):
         problems.extend(validate_patches(name, profile.get('patches'), profile.get('_dir', '.')))
     return problems
@@ -266,6 +272,8 @@ def _resolve_with_profile(values, profile, node_count):
     for name, field in (('dgxspark_max_model_len', 'default_max_model_len'), ('dgxspark_kv_cache_dtype', 'default_kv_cache_dtype')):
         if resolved.get(name) == DEFAULT_FROM_PROFILE:
             resolved[name] = profile.get(field) if profile else None
+    if resolved.get('dgxspark_model_revision') == DEFAULT_FROM_PROFILE:
+        resolved['dgxspark_model_revision'] = (profile.get('revision') or 'main') if profile else None
     if resolved.get('dgxspark_runtime_overhead_gib') == DEFAULT_FROM_PROFILE:
         overhead = profile.get('runtime_overhead_gib') if profile else None
         resolved['dgxspark_runtime_overhead_gib'] = float(overhead) if _num(overhead) else DEFAULT_RUNTIME_OVERHEAD_GIB
@@ -353,6 +361,20 @@ def _setting_problems(values, profile):
         if values.get('dgxspark_enable_expert_parallel') and not profile.get('is_moe'):
             problems.append('dgxspark_enable_expert_parallel is true but profile %s is not a MoE model: set it to false.' % profile.get('_name'))
     return problems
+
+
+def _revision_problems(values, profile):
+    """A profile that runs its repository's Python (trust_remote_code) is served only from a reviewed commit."""
+    revision = values.get('dgxspark_model_revision')
+    if not profile or not (profile.get('vllm_options') or {}).get('trust_remote_code') or not isinstance(revision, str):
+        return []
+    if COMMIT.match(revision):
+        return []
+    return ['dgxspark_model_revision is %r, but profile %s sets trust_remote_code: vLLM runs the Python files of %s as root in '
+            'every serving container, so a branch or tag would run whatever is pushed there next. Review the repository\'s '
+            'code at one commit and set dgxspark_model_revision to that commit (40 hex digits, from '
+            'https://huggingface.co/%s/commits/main), or give the profile a revision.' % (
+                revision, profile.get('_name'), profile['hf_repo'], profile['hf_repo'])]
 
 
 def _memory(values, profile, tp, pp):
@@ -474,6 +496,7 @@ def build_plan(groups, hostvars, profiles, overrides=None):
     values = _resolve_with_profile(values, profile, node_count)
     problems.extend(_parallel_problems(values, profile, node_count))
     problems.extend(_setting_problems(values, profile))
+    problems.extend(_revision_problems(values, profile))
 
     rails = []
     addresses = dict((host, {}) for host in order)
@@ -507,6 +530,7 @@ def build_plan(groups, hostvars, profiles, overrides=None):
     return {
         'model_profile': profile_name,
         'hf_repo': profile['hf_repo'],
+        'model_revision': values['dgxspark_model_revision'],
         'head': nodes[0]['host'],
         'nodes': nodes,
         'world_size': node_count,
@@ -524,11 +548,19 @@ def build_plan(groups, hostvars, profiles, overrides=None):
         'memory': memory,
         'kv_cache': kv_cache,
         'decode': decode,
-        'vllm_options': dict(profile.get('vllm_options') or {}),
+        'vllm_options': _served_options(profile, values['dgxspark_model_revision']),
         'patches': plan_patches(profile),
         'variables': dict((k, v) for k, v in values.items()),
         'assumptions': list(ASSUMPTIONS),
     }
+
+
+def _served_options(profile, revision):
+    """The profile's vLLM options, with --revision when the repository is served at another revision than main."""
+    options = dict(profile.get('vllm_options') or {})
+    if revision != 'main':
+        options['revision'] = revision
+    return options
 
 
 def _table(header, rows):
@@ -561,6 +593,7 @@ def render_plan_table(plan):
         'Decode roofline (one stream): %.0f GB/s / (%.2f GB active weights / TP %d) = %.1f tok/s' % (
             dec['bandwidth_gbs'], dec['active_weight_gb'], plan['tensor_parallel_size'], dec['roofline_tok_s']),
         'Network: MTU %d, NCCL transport %s' % (plan['mtu'], plan['nccl_transport']),
+        'Model revision: %s' % plan['model_revision'],
     ])
     for patch in plan.get('patches') or []:
         lines.append('Patch applied at container start: %s (%s, vLLM %s, sha256 %s...)' % (

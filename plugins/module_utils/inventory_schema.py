@@ -38,6 +38,10 @@ RAIL_FIELDS = (
 CLUSTER_VARIABLES = (
     {'name': 'dgxspark_model_profile', 'type': 'str', 'required': True, 'default': None,
      'description': 'Model profile: a file name without .yml in profiles/models/ (or in the profiles_dir given to cluster_plan).'},
+    {'name': 'dgxspark_model_revision', 'type': 'str', 'default': DEFAULT_FROM_PROFILE,
+     'description': "Revision of the profile's repository that is downloaded and served (vLLM --revision): a branch, a tag or "
+                    "a commit; defaults to the profile's revision, else main. A profile with trust_remote_code needs a commit "
+                    "(40 hex digits): its Python runs as root in every serving container."},
     {'name': 'dgxspark_tensor_parallel_size', 'type': 'int', 'default': DEFAULT_NODE_COUNT, 'min': 1,
      'description': 'vLLM --tensor-parallel-size. One GPU per Spark, so TP x PP must equal the number of nodes.'},
     {'name': 'dgxspark_pipeline_parallel_size', 'type': 'int', 'default': 1, 'min': 1,

@@ -30,7 +30,7 @@ STAMP_VERSION = 1
 # the OS, the ports) leaves them out of its inputs, so that another model, context length or Hugging Face token does
 # not run it again. tests/unit/test_phase_state.py checks that those roles read none of them.
 MODEL_PLAN_KEYS = ('assumptions', 'decode', 'enable_expert_parallel', 'gpu_memory_utilization', 'gpus', 'hf_repo',
-                   'kv_cache', 'kv_cache_dtype', 'max_model_len', 'memory', 'model_profile', 'patches',
+                   'kv_cache', 'kv_cache_dtype', 'max_model_len', 'memory', 'model_profile', 'model_revision', 'patches',
                    'pipeline_parallel_size', 'tensor_parallel_size', 'variables', 'vllm_options', 'warnings',
                    'world_size')
 MODEL_VARIABLES = ('dgxspark_allow_expert_parallel_with_fp8_moe', 'dgxspark_allow_gpu_memory_utilization_above_ceiling',

@@ -54,6 +54,8 @@ PROFILE_FIELDS = (
     ('replicated_weight_gb', _NUMBER, False, 'GB every rank holds in full (not sharded by TP x PP)'),
     ('bytes_per_param', _NUMBER, False, 'bytes per parameter for the roofline (default weight_size_gb / total_params_b)'),
     ('runtime_overhead_gib', _NUMBER, False, 'per-node memory besides weights and KV cache, GiB (default: the inventory\'s)'),
+    ('revision', str, False, 'the commit of hf_repo (40 hex digits) that is served by default; required with '
+                             'vllm_options.trust_remote_code'),
     ('vllm_options', dict, False, 'vLLM options of this model: option name -> value (dgxspark.cluster.vllm_args)'),
     ('patches', list, False, 'files mounted into the serving containers and applied at start (below)'),
     ('vllm_checked_against', str, False, 'the vLLM source or version the options were checked against'),

@@ -102,8 +102,13 @@ plan:
     decode:
       description: Single-stream decode roofline (bandwidth GB/s, active weight GB, tok/s).
       type: dict
+    model_revision:
+      description: The revision of the profile's repository that is downloaded and served (C(dgxspark_model_revision)).
+      type: str
+      sample: main
     vllm_options:
-      description: Model-specific vLLM options from the profile.
+      description: Model-specific vLLM options from the profile, with C(revision) when the model is served at another revision
+        than C(main).
       type: dict
     variables:
       description: The resolved cluster-wide inventory variables.

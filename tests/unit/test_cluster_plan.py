@@ -197,9 +197,64 @@ def test_seed001_rejected_with_reasons():
                                dgxspark_tensor_parallel_size=4, dgxspark_pipeline_parallel_size=3,
                                dgxspark_gpu_memory_utilization=0.95)
     problems = plan_problems(groups, hostvars)
-    assert len(problems) == 2
+    assert len(problems) == 3
     assert '12 GPUs' in problems[0] and '3 nodes' in problems[0] and 'TP=1, PP=3' in problems[0]
     assert 'dgxspark_gpu_memory_utilization is 0.95' in problems[1]
+    # seed 001 ran --trust-remote-code from whatever its repository's main held
+    assert "dgxspark_model_revision is 'main', but profile qwen3_5_379b_nvfp4 sets trust_remote_code" in problems[2]
+
+
+COMMIT = '0123456789abcdef0123456789abcdef01234567'
+
+
+def profiles_with(**changes):
+    """The built-in profiles, seed 000's changed (vllm_options merged; None removes a field)."""
+    profile = copy.deepcopy(PROFILES['qwen3_5_397b_a17b_fp8'])
+    profile['vllm_options'] = dict(profile['vllm_options'], **changes.pop('vllm_options', {}))
+    profile.update(changes)
+    return dict(PROFILES, qwen3_5_397b_a17b_fp8=dict((k, v) for k, v in profile.items() if v is not None))
+
+
+@pytest.mark.parametrize('revision', [None, 'main', 'v1.0', COMMIT.upper(), COMMIT[:12], COMMIT + '0'])
+def test_remote_code_is_served_only_from_a_commit(revision):
+    groups, hostvars = cluster(dgxspark_model_revision=revision)
+    problems = plan_problems(groups, hostvars, profiles_with(vllm_options={'trust_remote_code': True}))
+    assert problems == ["dgxspark_model_revision is %r, but profile qwen3_5_397b_a17b_fp8 sets trust_remote_code: vLLM runs the "
+                        "Python files of Qwen/Qwen3.5-397B-A17B-FP8 as root in every serving container, so a branch or tag "
+                        "would run whatever is pushed there next. Review the repository's code at one commit and set "
+                        "dgxspark_model_revision to that commit (40 hex digits, from "
+                        "https://huggingface.co/Qwen/Qwen3.5-397B-A17B-FP8/commits/main), or give the profile a revision."
+                        % (revision or 'main')]
+
+
+@pytest.mark.parametrize('profile_changes, inventory_revision, served, option', [
+    # (profile changes, dgxspark_model_revision, the plan's model_revision, vLLM's --revision)
+    ({}, None, 'main', None),
+    ({}, 'v2', 'v2', 'v2'),
+    ({'revision': COMMIT}, None, COMMIT, COMMIT),
+    ({'revision': COMMIT, 'vllm_options': {'trust_remote_code': True}}, None, COMMIT, COMMIT),
+    ({'vllm_options': {'trust_remote_code': True}}, COMMIT, COMMIT, COMMIT),
+    ({'revision': COMMIT}, 'f' * 40, 'f' * 40, 'f' * 40),
+])
+def test_the_revision_comes_from_the_inventory_then_the_profile(profile_changes, inventory_revision, served, option):
+    groups, hostvars = cluster(dgxspark_model_revision=inventory_revision)
+    plan = cp.build_plan(groups, hostvars, profiles_with(**copy.deepcopy(profile_changes)))
+    assert plan['model_revision'] == served
+    assert plan['vllm_options'].get('revision') == option
+    assert 'Model revision: %s' % served in cp.render_plan_table(plan)
+
+
+@pytest.mark.parametrize('revision', ['main', COMMIT[:7], 1234])
+def test_a_profile_revision_must_be_a_commit(revision):
+    groups, hostvars = cluster()
+    problems = plan_problems(groups, hostvars, profiles_with(revision=revision))
+    assert any('model profile qwen3_5_397b_a17b_fp8: revision %r is not a commit' % revision in p for p in problems), problems
+
+
+def test_no_built_in_profile_that_can_be_served_runs_unpinned_remote_code():
+    for name, profile in PROFILES.items():
+        if profile.get('published', True) and (profile.get('vllm_options') or {}).get('trust_remote_code'):
+            assert cp.COMMIT.match(profile.get('revision', '')), name
 
 
 def test_seed004_tp2_weights_do_not_fit():

@@ -105,6 +105,18 @@ def test_plan_refuses_misspelled_variables_with_the_closest_name():
         assert text in output, (text, output)
 
 
+def test_plan_refuses_remote_code_from_a_branch():
+    """Seed 001's profile runs its repository's Python (trust_remote_code): never from main."""
+    result = run_plan('inventories/4node', '-e', 'dgxspark_model_profile=qwen3_5_379b_nvfp4')
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    assert "dgxspark_model_revision is 'main', but profile qwen3_5_379b_nvfp4 sets trust_remote_code" in output, output
+    accepted = run_plan('inventories/4node', '-e', 'dgxspark_model_profile=qwen3_5_379b_nvfp4',
+                        '-e', 'dgxspark_model_revision=' + '0' * 40)
+    assert accepted.returncode == 0, accepted.stdout + accepted.stderr
+    assert 'Model revision: ' + '0' * 40 in accepted.stdout
+
+
 def test_plan_names_the_host_of_a_misspelled_host_variable(tmp_path):
     """A second inventory source adds a variable to one node only: the problem names that node."""
     extra = tmp_path / 'extra.yml'
