@@ -1,7 +1,8 @@
 """Security of a deployed 4-node lab (issue 9): host firewall and secrets, after one `deploy-397b.yml`.
 
 - From the controller, on the management network: no Ray port answers (every port a Ray or serving process listens
-  on, on every node, except SSH and the API), and the API answers 401 without the key, 200 with it.
+  on, on every node, except SSH and the API), and the API answers 401 without the key, 200 with it, on every route the
+  running server lists (and on those it does not) except /health.
 - From a peer over a rail the same ports answer and the cluster serves (the deploy's own readiness and smoke test).
 - A firewall table deleted on a node fails `status.yml` naming the node, and the next deploy loads it again on that
   node only, restarting nothing (Docker requires the firewall unit: molecule/node_firewall shows it failing closed).
@@ -59,8 +60,10 @@ def answers(address, port, timeout=2.0):
         return False
 
 
-def api_status(url, key=None):
-    request = urllib.request.Request(url, headers={"Authorization": "Bearer " + key} if key else {})
+def api_status(url, key=None, method="GET"):
+    data = b"{}" if method in ("POST", "PUT", "PATCH") else None
+    headers = dict({"Authorization": "Bearer " + key} if key else {}, **({"Content-Type": "application/json"} if data else {}))
+    request = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
             return response.status
@@ -127,6 +130,21 @@ def test_api_answers_401_without_the_key_and_200_with_it(lab, secrets, deployed)
     assert api_status(url) == 401
     assert api_status(url, "not-the-key") == 401
     assert api_status(url, secrets["vllm_api_key"]) == 200
+
+
+def test_every_route_of_the_running_server_needs_the_key_but_health(lab, secrets, deployed):
+    """vLLM checks its key on /v1/* only (vllm#58144); the collection's guard covers every route the server has."""
+    base = "http://%s:%d" % (lab.mgmt_ip[HEAD], API_PORT)
+    request = urllib.request.Request(base + "/openapi.json", headers={"Authorization": "Bearer " + secrets["vllm_api_key"]})
+    with urllib.request.urlopen(request, timeout=10) as response:  # the running server's own list of its routes
+        paths = json.load(response)["paths"]
+    routes = {(method.upper(), re.sub(r"{[^}]*}", "x", path)) for path, item in paths.items() for method in item}
+    assert {("POST", "/invocations"), ("POST", "/tokenize"), ("POST", "/detokenize"), ("POST", "/v1/completions")} <= routes
+    # Not in the schema: Prometheus' app mounted at /metrics, the schema and docs themselves, and a route no vLLM has yet.
+    routes |= {("GET", "/metrics"), ("GET", "/openapi.json"), ("GET", "/docs"), ("POST", "/a-route-of-a-later-vllm")}
+    statuses = dict((route, api_status(base + route[1], method=route[0])) for route in sorted(routes))
+    assert {r: s for r, s in statuses.items() if r[1] != "/health" and s != 401} == {}, statuses
+    assert api_status(base + "/health") == 200
 
 
 def test_firewall_converged_second_run_changes_and_reloads_nothing(lab, deployed):
