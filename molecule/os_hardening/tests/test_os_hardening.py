@@ -5,6 +5,7 @@ Ansible, so the test follows the lab's settings instead of repeating them.
 """
 
 import json
+import re
 
 import pytest
 from conftest import recap_line
@@ -121,6 +122,32 @@ def test_daemon_json(host, hvars):
     else:
         assert "default-ulimits" not in config
     assert host.service("docker").is_running
+
+
+def earlyoom_args(host):
+    pid = host.check_output("systemctl show -p MainPID --value earlyoom.service")
+    assert pid != "0", host.run("systemctl status earlyoom.service").stdout
+    return host.check_output("cat /proc/%s/cmdline" % pid).split("\0")[1:-1]
+
+
+def test_earlyoom_runs_with_the_role_s_thresholds_and_names(host):
+    assert host.service("earlyoom.service").is_enabled
+    args = earlyoom_args(host)
+    assert args[:6] == ["-m", "4,2", "-s", "100,100", "-r", "3600"], args
+    assert args[6:] == ["--prefer", "^(VLLM::.*|ray::.*|vllm|raylet|gcs_server)$",
+                        "--avoid", "^(sshd|dockerd|containerd.*|systemd.*|earlyoom)$"], args
+
+
+def test_earlyoom_picks_a_serving_process_and_never_sshd_or_docker(host):
+    """earlyoom's own choice, as it would act with memory gone (a dry run at 100 %): a process named like vLLM's engine
+    core, holding 64 MiB, before dockerd, containerd, systemd and sshd (which hold more or are the way in)."""
+    names = earlyoom_args(host)[6:]
+    engine = ("import ctypes, time; ctypes.CDLL(None).prctl(15, b'VLLM::EngineCore', 0, 0, 0); "
+              "ballast = bytearray(64 << 20); time.sleep(30)")
+    out = host.run("python3 -c \"%s\" & sleep 2; timeout 4 earlyoom --dryrun -m 100,100 -s 100,100 -r 0 %s 2>&1; kill $!"
+                   % (engine, " ".join("'%s'" % word for word in names))).stdout
+    victims = re.findall(r'sending SIG\w+ to process \d+ uid \d+ "([^"]+)"', out)
+    assert victims and set(victims) == {"VLLM::EngineCor"}, out
 
 
 def test_check_diff_on_converged_node_changes_nothing(host, check_diff_run):
