@@ -152,7 +152,8 @@ def test_sweep_matches_the_server_s_pace(paced_server, concurrency):
     # The client's per-user rate is the pace the server sent at ((n-1)/span, not n/span: 9% apart with 12 tokens).
     assert row['per_user_tok_s_median'] == pytest.approx(percentile(paces, 50), rel=0.05)
     assert row['per_user_tok_s_min'] == pytest.approx(min(paces), rel=0.05)
-    assert row['per_user_tok_s_median'] == pytest.approx(40.0, rel=0.25)
+    # No absolute figure: the pace the server really kept depends on this machine's load (22.75 tok/s instead of 40 while
+    # a lab deploy ran beside the unit tests); the paces it recorded are the truth, checked above.
 
 
 def test_wrong_key_is_counted_as_errors(paced_server):
