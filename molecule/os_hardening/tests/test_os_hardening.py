@@ -140,12 +140,15 @@ def test_earlyoom_runs_with_the_role_s_thresholds_and_names(host):
 
 def test_earlyoom_picks_a_serving_process_and_never_sshd_or_docker(host):
     """earlyoom's own choice, as it would act with memory gone (a dry run whose threshold, 99 % of memory, is always
-    crossed): a process named like vLLM's engine core, holding 64 MiB, before dockerd, containerd, systemd and sshd."""
+    crossed): a process named like vLLM's engine core, holding 64 MiB, before another process holding 256 MiB (the one
+    the kernel would pick), dockerd, containerd, systemd and sshd."""
     names = earlyoom_args(host)[6:]
-    engine = ("import ctypes, time; ctypes.CDLL(None).prctl(15, b'VLLM::EngineCore', 0, 0, 0); "
-              "ballast = bytearray(64 << 20); time.sleep(30)")
-    out = host.run("python3 -c \"%s\" & sleep 2; timeout 4 earlyoom --dryrun -m 99,99 -s 100,100 -r 0 %s 2>&1; kill $!"
-                   % (engine, " ".join("'%s'" % word for word in names))).stdout
+    process = ("import ctypes, time; ctypes.CDLL(None).prctl(15, b'%s', 0, 0, 0); "
+               "ballast = b'x' * (%d << 20); time.sleep(30)")
+    out = host.run("python3 -c \"%s\" & engine=$!; python3 -c \"%s\" & other=$!; sleep 2; "
+                   "timeout 4 earlyoom --dryrun -m 99,99 -s 100,100 -r 0 %s 2>&1; kill $engine $other"
+                   % (process % ("VLLM::EngineCore", 64), process % ("other-service", 256),
+                      " ".join("'%s'" % word for word in names))).stdout
     victims = re.findall(r'sending SIG\w+ to process \d+ uid \d+ "([^"]+)"', out)
     assert victims and set(victims) == {"VLLM::EngineCor"}, out
 
