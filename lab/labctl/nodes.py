@@ -13,7 +13,8 @@ from .constants import (
     BRIDGES, CAPABILITIES, CONTAINER_PREFIX, CPU_SHARES, LABEL_VALUE, ENGINE_ROOT, FABRIC, NODE_SHM_BYTES, HOST_MTU, LABEL, MEMINFO_PATH, MGMT_GATEWAY, MGMT_NETWORK,
     NODE_START_MTU, LabError,
 )
-from .logic import container_name, fabric_mac, host_veth, memory_kib, mgmt_ip, node_faults, render_meminfo, tbf_args
+from .logic import (container_name, fabric_mac, host_veth, memory_kib, mgmt_ip, node_faults, node_index, render_meminfo,
+                    tbf_args)
 from .host import docker, ip_cmd, link_exists, out, run
 from .ssh import node_seed_tar, ssh_dir
 
@@ -240,11 +241,18 @@ def lab_containers():
 
 
 def system_state(node, wait=False, timeout=90):
-    cmd = ["exec", container_name(node), "systemctl", "is-system-running"]
-    if wait:
-        cmd = ["exec", container_name(node), "timeout", str(timeout), "systemctl", "is-system-running", "--wait"]
-    proc = docker(*cmd, check=False, timeout=timeout + 10)
-    return out(proc) or "unknown"
+    """systemd's state in the node; with ``wait``, once it booted. A node started a moment ago may not answer yet
+    (its systemd has no bus: systemctl prints nothing, or "offline"): then ask again, until ``timeout``."""
+    deadline = time.time() + timeout
+    while True:
+        left = max(1, int(deadline - time.time()))
+        cmd = ["exec", container_name(node), "systemctl", "is-system-running"]
+        if wait:
+            cmd = ["exec", container_name(node), "timeout", str(left), "systemctl", "is-system-running", "--wait"]
+        state = out(docker(*cmd, check=False, timeout=left + 10)) or "unknown"
+        if not wait or state not in ("unknown", "offline") or time.time() >= deadline:
+            return state
+        time.sleep(0.5)
 
 
 def wait_ssh(ip, timeout=60):
@@ -260,18 +268,20 @@ def wait_ssh(ip, timeout=60):
 
 
 def wait_nodes(nodes):
+    """{node: (systemd state, SSH answers, failed units)} once each node booted; ``nodes`` may be any of the lab's."""
     results = {}
 
-    def worker(i, node):
+    def worker(node):
         state = system_state(node, wait=True)
-        ssh_ok = wait_ssh(mgmt_ip(i))
+        # The node's own address: `restart spark-gamma` once waited for spark-alpha's SSH (the index in this list).
+        ssh_ok = wait_ssh(mgmt_ip(node_index(node)))
         failed = ""
         if state != "running":
             failed = out(docker("exec", container_name(node), "systemctl", "--failed", "--no-legend", "--plain",
                                 check=False))
         results[node] = (state, ssh_ok, failed)
 
-    threads = [threading.Thread(target=worker, args=(i, n)) for i, n in enumerate(nodes)]
+    threads = [threading.Thread(target=worker, args=(n,)) for n in nodes]
     for t in threads:
         t.start()
     for t in threads:

@@ -69,6 +69,29 @@ def test_a_lab_instance_out_of_range_is_refused(instance):
     assert done.returncode != 0 and "DGXSPARK_LAB_INSTANCE must be 0 to 9" in done.stderr
 
 
+def test_waiting_for_a_node_asks_again_until_its_systemd_answers(monkeypatch):
+    """Right after `docker start`, systemctl in the node has no bus yet: that is not the node's state."""
+    answers = iter(["", "offline", "running"])
+    calls = []
+    monkeypatch.setattr(labctl.nodes, "docker", lambda *args, **kwargs: calls.append(args) or next(answers))
+    monkeypatch.setattr(labctl.nodes, "out", lambda answer: answer)
+    monkeypatch.setattr(labctl.nodes.time, "sleep", lambda seconds: None)
+    assert labctl.nodes.system_state("spark-gamma", wait=True) == "running"
+    assert len(calls) == 3 and all("--wait" in call for call in calls)
+    answers = iter([""])
+    assert labctl.nodes.system_state("spark-gamma") == "unknown" and len(calls) == 4  # without wait: asked once
+
+@pytest.mark.parametrize("nodes", [["spark-gamma"], ["spark-delta", "spark-beta"], ["spark-alpha", "spark-beta", "spark-gamma"]])
+def test_waiting_for_some_nodes_reaches_each_at_its_own_address(nodes, monkeypatch):
+    """`restart spark-gamma` waits for gamma's SSH, not for the first node's (the index in the list it was given)."""
+    asked = []
+    monkeypatch.setattr(labctl.nodes, "system_state", lambda node, wait=False: "running")
+    monkeypatch.setattr(labctl.nodes, "wait_ssh", lambda ip: asked.append(ip) or ip.endswith(".12"))
+    results = labctl.nodes.wait_nodes(nodes)
+    assert sorted(asked) == sorted(labctl.mgmt_ip(labctl.node_index(n)) for n in nodes)
+    assert dict((n, r[1]) for n, r in results.items()) == dict((n, n == "spark-gamma") for n in nodes)
+
+
 @pytest.mark.parametrize("count", [0, 1, 9, "4", True])
 def test_node_names_rejects(count):
     with pytest.raises(labctl.LabError, match="2 to 8"):
