@@ -12,6 +12,17 @@ rm -f .build/test-durations.tsv .build/lab-up.log
 date +%s > .build/test-started
 trap 'python3 tools/durations.py' EXIT
 t() { tools/timed.sh "$@"; }
+# Waits for a part that runs in the background, records how long the run waited for it ("NAME (waited for)") and
+# returns the part's status; the EXIT trap no longer needs to stop it.
+wait_for_part() {
+    local name=$1 pid=$2 started rc=0
+    started=$(date +%s)
+    wait "$pid" || rc=$?
+    trap 'python3 tools/durations.py' EXIT
+    printf '%s (waited for)\t%s\t%s\n' "$name" "$(( $(date +%s) - started ))" "$([ $rc -eq 0 ] && echo ok || echo FAILED)" \
+        >> .build/test-durations.tsv
+    return "$rc"
+}
 
 t system-deps bash tools/system-deps.sh
 t docker bash lab/ensure-docker.sh
@@ -27,12 +38,8 @@ t ansible-lint env PATH="$PWD/.venv/bin:$PATH" .venv/bin/ansible-lint --profile 
 t sanity bash tools/sanity.sh
 t unit .venv/bin/pytest -n auto tests/unit tests/lab/test_labctl_unit.py
 t build bash -c 'rm -rf .build/dist && mkdir -p .build/dist && .venv/bin/ansible-galaxy collection build --output-path .build/dist .'
-waited=$(date +%s)
 lab_rc=0
-wait "$lab_up" || lab_rc=$?
-trap 'python3 tools/durations.py' EXIT
-printf 'lab-up (waited for)\t%s\t%s\n' "$(( $(date +%s) - waited ))" "$([ $lab_rc -eq 0 ] && echo ok || echo FAILED)" \
-    >> .build/test-durations.tsv
+wait_for_part lab-up "$lab_up" || lab_rc=$?
 cat .build/lab-up.log
 [ $lab_rc -eq 0 ] || { echo "make test: the lab did not come up (its log above)" >&2; exit 1; }
 # Molecule's scenarios run on a second lab (its own nodes, networks and bridges, lab/README.md) beside the lab tests, at a
@@ -50,12 +57,8 @@ trap 'pkill -TERM -P "$molecule" 2>/dev/null; kill "$molecule" 2>/dev/null; pyth
 # The slowest lab tests by name (which to shorten next), after the modules.
 lab_rc=0
 DGXSPARK_TEST_DURATIONS=.build/test-durations.tsv .venv/bin/pytest -m lab --durations=30 --durations-min=20 tests/lab || lab_rc=$?
-waited=$(date +%s)
 molecule_rc=0
-wait "$molecule" || molecule_rc=$?
-trap 'python3 tools/durations.py' EXIT
-printf 'molecule (waited for)\t%s\t%s\n' "$(( $(date +%s) - waited ))" "$([ $molecule_rc -eq 0 ] && echo ok || echo FAILED)" \
-    >> .build/test-durations.tsv
+wait_for_part molecule "$molecule" || molecule_rc=$?
 cat .build/molecule.log
 [ $lab_rc -eq 0 ] || { echo "make test: the lab tests failed (above the molecule log)" >&2; exit 1; }
 [ $molecule_rc -eq 0 ] || { echo "make test: a molecule scenario failed (its log above)" >&2; exit 1; }
