@@ -175,14 +175,16 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_sessionfinish(session):
-    """One row per lab module in DGXSPARK_TEST_DURATIONS (tools/test-suite.sh prints the table)."""
+    """One row per lab module in DGXSPARK_TEST_DURATIONS (tools/test-suite.sh prints the table): lab/MODULE, or
+    lab1/MODULE for a module that ran on the second lab (DGXSPARK_LAB_INSTANCE=1)."""
     del session
     path = os.environ.get("DGXSPARK_TEST_DURATIONS")
     if not path or not _MODULE_SECONDS:
         return
+    prefix = "lab" if labctl.INSTANCE == 0 else "lab%d" % labctl.INSTANCE
     with open(path, "a", encoding="utf-8") as handle:
         for module, seconds in sorted(_MODULE_SECONDS.items()):
-            handle.write("lab/%s\t%d\t%s\n" % (os.path.basename(module), round(seconds),
+            handle.write("%s/%s\t%d\t%s\n" % (prefix, os.path.basename(module), round(seconds),
                                                "FAILED" if module in _MODULE_FAILED else "ok"))
 
 
