@@ -7,7 +7,7 @@ import sys
 import time
 
 from .constants import (
-    BASE_REPO, BRIDGES, DRIVER_RE, FABRIC, LABEL, MEMINFO_PATH, MGMT_NETWORK, NODE_NAMES, NODE_REPO, SERVING_REPO,
+    BASE_REPO, BRIDGES, DRIVER_RE, FABRIC, LABEL, MEMINFO_PATH, MGMT_NETWORK, MGMT_SUBNET, NODE_NAMES, NODE_REPO, SERVING_REPO,
     STATE_DIR, LabError,
 )
 from .logic import (
@@ -47,6 +47,7 @@ def cmd_up(args):
         rate = parse_rate(args.rate) if args.rate is not None else previous.get("rate")
         state = default_state(count, rate)  # `up` heals faults: every rail plugged, every node attached
         state["model_profile"] = args.model_profile or previous.get("model_profile")
+        state["mgmt_subnet"] = MGMT_SUBNET  # the inventory's API allow-list names it (a second lab has its own)
         if previous.get("serving_image"):
             state["serving_image"] = previous["serving_image"]
         image = ensure_images()

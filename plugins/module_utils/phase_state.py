@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from ansible_collections.dgxspark.cluster.plugins.module_utils.nft_table import NftTableError, validate_table
 
 PHASE_RE = re.compile(r'^[a-z][a-z0-9_]*$')
-WATCH_KINDS = ('files', 'interfaces', 'containers', 'sysctls', 'nft_tables')
+WATCH_KINDS = ('files', 'interfaces', 'containers', 'sysctls', 'nft_tables', 'services')
 STAMP_VERSION = 1
 
 # What only the model's phases read (distribute, ray, vllm): the plan's model, sizing and serving parts, and the
@@ -123,6 +123,15 @@ def container_state(inspect_record):
     state = inspect_record.get('State') or {}
     return {'id': inspect_record.get('Id'), 'image': inspect_record.get('Image'), 'running': bool(state.get('Running')),
             'restart_count': inspect_record.get('RestartCount', 0)}
+
+
+def service_state(show_output):
+    """What counts of one systemd unit in `systemctl show --property=LoadState,ActiveState,UnitFileState UNIT`: whether
+    it is there, running and enabled (None when the unit is not loaded)."""
+    values = dict(line.split('=', 1) for line in show_output.splitlines() if '=' in line)
+    if values.get('LoadState', 'not-found') != 'loaded':
+        return None
+    return {'active': values.get('ActiveState') == 'active', 'enabled': values.get('UnitFileState') == 'enabled'}
 
 
 def compare(stamp, phase, inputs_digest, observed):

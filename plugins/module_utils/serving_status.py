@@ -15,6 +15,7 @@ import calendar
 import datetime
 import time
 
+from ansible_collections.dgxspark.cluster.plugins.module_utils.supervisor_status import supervisor_status
 from ansible_collections.dgxspark.cluster.plugins.module_utils.vllm_progress import (
     VllmProgressError,
     error_lines,
@@ -237,7 +238,7 @@ def _firewall_problems(nodes, firewall, unreachable):
 
 
 def build_serving_status(plan, probes, vllm=None, membership=None, unreachable=None, now=None, served_model_name=None,
-                         firewall=None):
+                         firewall=None, supervisor=None):
     """The status table and the problems.
 
     plan: the cluster plan (``nodes`` with ``host``, ``rank``, ``role``). probes: host -> serving_probe
@@ -248,7 +249,9 @@ def build_serving_status(plan, probes, vllm=None, membership=None, unreachable=N
     served_model_name: the name /v1/models must list (default: the plan's ``served_model_name``, else
     the one the vLLM probe was given, else any model counts). A probe that did not run (null, {}, a
     skipped or failed task result) counts as not probed. firewall: host -> dgxspark.cluster.nft_table
-    result for that node's firewall table (a missing host or null: not read, no problem said).
+    result for that node's firewall table (a missing host or null: not read, no problem said). supervisor: None (not
+    read), or {"expected": bool, "report": the supervisor's report.json or None, "paused": whether its pause file is
+    there now} (supervisor_status.py).
 
     Returns ``ok``, ``table`` (text lines), ``problems`` (sentences) and ``rows`` (one dict per node).
     """
@@ -331,4 +334,12 @@ def build_serving_status(plan, probes, vllm=None, membership=None, unreachable=N
     if vllm_line:
         uptime = _uptime(_container_of(vllm), current) if vllm is not None and head not in unreachable else '-'
         table.append(vllm_line + ('; up %s' % uptime if uptime != '-' else ''))
+    if supervisor is not None and head not in unreachable:
+        line, supervisor_problems, supervisor_notes = supervisor_status(
+            supervisor.get('report'), current, expected=supervisor.get('expected', True), head=head,
+            paused=supervisor.get('paused'))
+        if line:
+            table.append(line)
+        problems.extend(supervisor_problems)
+        notes.extend(supervisor_notes)
     return {'ok': not problems, 'table': table, 'problems': problems, 'rows': rows, 'notes': notes}

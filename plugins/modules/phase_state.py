@@ -36,7 +36,8 @@ options:
     description:
       - What the phase manages, by kind; each a list of names.
       - C(files) (absolute paths), C(interfaces) (netdev names), C(containers) (Docker container names), C(sysctls)
-        (paths under C(/proc/sys), e.g. V(/proc/sys/vm/swappiness)), C(nft_tables) (V(FAMILY NAME), e.g. V(inet dgxspark)).
+        (paths under C(/proc/sys), e.g. V(/proc/sys/vm/swappiness)), C(nft_tables) (V(FAMILY NAME), e.g. V(inet dgxspark)),
+        C(services) (systemd units, whether loaded, active and enabled).
     type: dict
     default: {}
   state:
@@ -114,6 +115,7 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils.phase_state impor
     container_state,
     interface_state,
     make_stamp,
+    service_state,
     validate_phase,
     validate_watch,
 )
@@ -184,6 +186,17 @@ def read_nft_tables(module, names):
     return dict((name, nft_digest(read_nft_table(module.run_command, nft, name)[0])) for name in names)
 
 
+def read_services(module, names):
+    systemctl = module.get_bin_path('systemctl') if names else None
+    if names and not systemctl:
+        return dict((name, {'error': 'systemctl not found'}) for name in names)
+    result = {}
+    for name in names:
+        _rc, out, _err = module.run_command([systemctl, 'show', '--property=LoadState,ActiveState,UnitFileState', name])
+        result[name] = service_state(out)
+    return result
+
+
 def observe(module, watch):
     return {
         'files': dict((path, read_file_state(path)) for path in watch['files']),
@@ -191,6 +204,7 @@ def observe(module, watch):
         'containers': read_containers(module, watch['containers']),
         'sysctls': read_sysctls(watch['sysctls']),
         'nft_tables': read_nft_tables(module, watch['nft_tables']),
+        'services': read_services(module, watch['services']),
     }
 
 

@@ -6,12 +6,14 @@ the middle is named and a re-run resumes.
 """
 
 import json
+import subprocess
 import threading
 import time
 
 import pytest
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils.model_manifest import human_bytes
+import labctl  # lab/, on sys.path through conftest.py
 from ansible_lab import recap, run_playbook
 
 pytestmark = pytest.mark.lab
@@ -163,7 +165,9 @@ def test_a_node_that_goes_down_mid_copy_is_named_and_a_rerun_resumes(rails):
     def stop_gamma_once_copying(line):
         if "Wait for the model on the head" in line and not stopped.is_set():
             stopped.set()
-            threading.Timer(4, lambda: __import__("subprocess").run(["docker", "stop", "-t", "1", "dgxspark-lab-spark-gamma"])).start()
+            # This lab's gamma (a second lab, DGXSPARK_LAB_INSTANCE, names its containers apart).
+            gamma = labctl.container_name("spark-gamma")
+            threading.Timer(4, lambda: subprocess.run(["docker", "stop", "-t", "1", gamma], check=False)).start()
             # While the copies run, the key is on the head; it runs the relay's receiving operations and nothing else.
             misuse["beta"] = try_the_key(lab, "spark-alpha", "spark-beta", "'cat /etc/shadow'")
 

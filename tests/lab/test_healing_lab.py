@@ -1,12 +1,15 @@
-"""Self-healing on the 4-node lab (issue 9): after each fault the cluster serves again without Ansible, and
-`status.yml` says healthy; each recovery time is printed (`RECOVERY <fault>: <s> s`, collected by bench/faults).
+"""Self-healing on the 4-node lab (issues 9 and 21): after each fault the cluster serves again without Ansible, and
+`status.yml` says healthy; each recovery time is printed (`RECOVERY <fault>: <s> s`, collected by bench/faults). The
+supervisor (roles/supervisor) heals: Docker restarts nothing by itself (restart policy "no").
 
-- A worker's Ray container crashes (its main process killed): Docker restarts it, it rejoins Ray, the vLLM engine that
-  lost a rank exits and Docker restarts it too, and it serves again.
-- Every node restarts at once (`labctl restart` of all four: a power cut): the same, from the nodes' own boot.
+- A worker's Ray container crashes (its main process killed): a rank of the group is lost, and the supervisor restarts
+  the whole group in order (every Ray container, the head's first, then the engine), which serves again.
+- Every node restarts at once (`labctl restart` of all four: a power cut): the supervisor starts the group at boot,
+  once every node answers with the memory the plan needs.
 - A node becomes unreachable in the middle of a deploy: the play stops naming the node and the phase; a re-run after the
   node is back converges with no manual step.
-(vLLM in a crash loop, an option it rejects: tests/lab/test_deploy_lab.py, where the cluster is already broken.)
+(A hung engine, a crash loop and the memory guard: tests/lab/test_supervisor_lab.py; an option vLLM rejects:
+tests/lab/test_deploy_lab.py.)
 
     python3 lab/labctl.py up --serving && .venv/bin/python -m pytest -m lab -s tests/lab/test_healing_lab.py
 """
@@ -93,13 +96,18 @@ def test_a_crashed_worker_container_heals_without_ansible(deployed):
     started = time.time()
     gamma.check_output("kill -9 $(docker inspect -f '{{.State.Pid}}' dgxspark-ray)")
     _took, out = wait_recovered(deployed, "worker Ray container crashed", started, vllm_before=before)
-    assert "healed by itself" in out  # the restart is reported, as a note, not as a problem
+    assert "The supervisor restarted the group 1 time" in out  # reported, as a note, not as a problem
+    # The whole group, in order: every Ray container started again, the head's first, then the engine.
+    starts = dict((node, deployed.host(node).check_output("docker inspect -f '{{.State.StartedAt}}' dgxspark-ray"))
+                  for node in deployed.nodes)
+    assert all(start > time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(started)) for start in starts.values()), starts
+    assert starts[HEAD] == min(starts.values()) and vllm_start(deployed) > max(starts.values()), starts
 
 
 def test_a_power_cut_of_every_node_heals_without_ansible(deployed):
-    # Every node reboots at once (down 45 s, as machines are): the head's Ray and vLLM and every worker's Ray come back
-    # at boot by their restart policies, the workers join the new head, and the engine starts once the cluster can
-    # place it. One reboot of all covers a worker's and the head's boot, and the bring-up that launchers leave to hand.
+    # Every node reboots at once (down 45 s, as machines are): the supervisor starts at the head's boot, waits until every
+    # node answers with its memory, and starts the group in order; the workers join the new head, and the engine starts
+    # once the cluster can place it. One reboot of all covers a worker's and the head's boot, and the bring-up that launchers leave to hand.
     before = vllm_start(deployed)
     started = time.time()
     deployed.labctl("restart", *deployed.nodes)

@@ -11,6 +11,7 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils.phase_state impor
     container_state,
     digest,
     interface_state,
+    service_state,
     make_stamp,
     validate_phase,
     validate_watch,
@@ -34,6 +35,17 @@ OBSERVED = {"files": {"/etc/dgxspark/secrets/ray_token": {"sha256": "ab", "mode"
 def test_digest_is_canonical():
     assert digest({"b": 1, "a": [1, 2]}) == digest({"a": [1, 2], "b": 1})
     assert digest({"a": 1}) != digest({"a": "1"})
+
+
+@pytest.mark.parametrize("show, expected", [
+    ("LoadState=loaded\nActiveState=active\nUnitFileState=enabled\n", {"active": True, "enabled": True}),
+    ("LoadState=loaded\nActiveState=failed\nUnitFileState=enabled\n", {"active": False, "enabled": True}),
+    ("LoadState=loaded\nActiveState=inactive\nUnitFileState=disabled\n", {"active": False, "enabled": False}),
+    ("LoadState=not-found\nActiveState=inactive\nUnitFileState=\n", None),
+    ("", None),
+])
+def test_service_state_from_systemctl_show(show, expected):
+    assert service_state(show) == expected
 
 
 def test_interface_state_keeps_what_counts():
@@ -78,7 +90,7 @@ def test_bad_watch(watch, message):
 
 
 def test_watch_is_sorted_and_complete():
-    expected = {"files": [], "interfaces": [], "containers": ["a", "b"], "sysctls": [], "nft_tables": []}
+    expected = {"files": [], "interfaces": [], "containers": ["a", "b"], "sysctls": [], "nft_tables": [], "services": []}
     assert validate_watch({"containers": ["b", "a", "a"]}) == expected
 
 

@@ -38,7 +38,7 @@ def test_specs_are_read_from_every_role_with_its_defaults():
     ({'vllm_container_port': '8001'}, []),  # a string of digits converts, as the role's own check takes it
     ({'vllm_container_port': 'eight'}, ["vllm_container_port: argument 'vllm_container_port' is of type str and we were "
                                         "unable to convert to int"]),
-    ({'ray_cluster_restart_policy': 'never'}, ['value of ray_cluster_restart_policy must be one of: always, unless-stopped, '
+    ({'ray_cluster_restart_policy': 'never'}, ['value of ray_cluster_restart_policy must be one of: no, always, unless-stopped, '
                                                'on-failure, got: never; see the role ray_cluster']),
     ({'vllm_container_extra_args': ['--max-num-seqs', '8']}, ['vllm_container_extra_args: argument '
                                                               "'vllm_container_extra_args' is of type list"]),

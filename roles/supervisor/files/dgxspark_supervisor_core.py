@@ -1,0 +1,189 @@
+"""dgxspark.cluster supervisor: what to do, from what was seen. Pure: no I/O, no clock; the service feeds it.
+
+The service (dgxspark_supervisor.py) looks at the serving group every interval and calls `decide()` with what it saw;
+`decide()` returns the next state and at most one action for the service to carry out:
+
+- ("stop", reason): a restart is due: stop the whole group (the engine first), then look again at once;
+- ("wait_memory", reason): the group is stopped for a restart, but a node has less MemAvailable than the plan needs;
+- ("start", reason): memory is there: start the group in order (ranks, then the engine);
+- ("give_up", reason): the restart budget is spent, or memory did not come back in time; the group is left stopped.
+
+Phases: starting (the engine loads: a failed probe does not count, until its first token or the grace's end), serving,
+restarting (stopped, waiting for memory), gave_up, paused. Only a token proves that the engine works: `/health` and the containers' states are
+kept for the report, but a container that exited or a node that left counts at once, since the group cannot come back
+by itself (Docker no longer restarts the serving containers when the supervisor runs them).
+"""
+
+STARTING, SERVING, RESTARTING, GAVE_UP, PAUSED = "starting", "serving", "restarting", "gave_up", "paused"
+GIB = 1024 * 1024  # KiB per GiB (MemAvailable is in KiB)
+
+CONFIG_KEYS = ("interval_s", "deadline_s", "failures_to_restart", "grace_s", "stall_s", "budget_restarts",
+               "budget_window_s", "memory_wait_s", "memory_needed_kib", "group")
+
+
+def check_config(config):
+    """The configuration's errors, as a list of messages (empty when it is usable)."""
+    errors = ["missing key %r" % key for key in CONFIG_KEYS if key not in config]
+    if errors:
+        return errors
+    for key in ("interval_s", "deadline_s", "failures_to_restart", "grace_s", "stall_s", "budget_window_s",
+                "memory_wait_s"):
+        if not isinstance(config[key], (int, float)) or isinstance(config[key], bool) or config[key] <= 0:
+            errors.append("%s must be a number above 0, got %r" % (key, config[key]))
+    if not isinstance(config["budget_restarts"], int) or isinstance(config["budget_restarts"], bool) \
+            or config["budget_restarts"] < 0:
+        errors.append("budget_restarts must be an integer of 0 or more, got %r" % (config["budget_restarts"],))
+    group = config["group"]
+    if not isinstance(group, list) or not group:
+        errors.append("group must list the containers to restart, in start order")
+        return errors
+    for index, member in enumerate(group):
+        if not isinstance(member, dict) or not member.get("node") or not member.get("container"):
+            errors.append("group[%d] needs a node and a container, got %r" % (index, member))
+    engines = [m for m in group if isinstance(m, dict) and m.get("engine")]
+    if len(engines) != 1 or group[-1] is not engines[0]:
+        errors.append("group must end with its one engine container (engine: true)")
+    nodes = set(m.get("node") for m in group if isinstance(m, dict))
+    needed = config["memory_needed_kib"]
+    if not isinstance(needed, dict) or set(needed) != nodes:
+        errors.append("memory_needed_kib must give a figure for each node of the group: %s" % ", ".join(sorted(nodes)))
+    return errors
+
+
+def new_state(now):
+    """The state of a supervisor that just started: the group is taken as it is, with a fresh grace and budget."""
+    return {"phase": STARTING, "since": now, "failures": 0, "restarts": [], "reason": "", "last_problem": "",
+            "memory": {}, "last_probe": None, "serving_since": None, "engine_started_at": None}
+
+
+def group_problem(config, seen):
+    """Why the group cannot serve as it is, from the containers and nodes seen ('' when nothing is wrong there).
+    seen["nodes"]: {node: {"reachable": bool, "error": str, "containers": {name: {"running": bool, "exit_code": int}}}}."""
+    for member in config["group"]:
+        node = seen["nodes"].get(member["node"]) or {}
+        if not node.get("reachable"):
+            return "node %s cannot be reached (%s)" % (member["node"], node.get("error") or "no answer")
+        container = (node.get("containers") or {}).get(member["container"])
+        if container is None:
+            return "container %s is missing on %s" % (member["container"], member["node"])
+        if not container.get("running"):
+            return "container %s on %s is not running (exit code %s)" % (
+                member["container"], member["node"], container.get("exit_code"))
+    return ""
+
+
+def memory_short(config, seen):
+    """[(node, available KiB or None when unknown, needed KiB)] of the nodes whose MemAvailable is below what the plan
+    needs there; a node whose figure could not be read (unreachable) counts as short."""
+    short = []
+    for node in sorted(config["memory_needed_kib"]):
+        needed = config["memory_needed_kib"][node]
+        view = seen["nodes"].get(node) or {}
+        available = view.get("mem_available_kib") if view.get("reachable") else None
+        if available is None or available < needed:
+            short.append((node, available, needed))
+    return short
+
+
+def describe_short(short):
+    parts = []
+    for node, available, needed in short:
+        if available is None:
+            parts.append("%s cannot be read (the plan needs %.1f GiB there)" % (node, needed / float(GIB)))
+        else:
+            parts.append("%s has %.1f GiB available, the plan needs %.1f GiB"
+                         % (node, available / float(GIB), needed / float(GIB)))
+    return "; ".join(parts)
+
+
+def restarts_in_window(config, state, now):
+    return [t for t in state["restarts"] if now - t < config["budget_window_s"]]
+
+
+def _restart(config, state, now, problem):
+    """A restart is due because of `problem`: stop the group (then start it once memory allows), or give up when the
+    budget is spent (the group is stopped too: a half group would hold memory and serve nothing)."""
+    recent = restarts_in_window(config, state, now)
+    state.update(restarts=recent, last_problem=problem, failures=0, serving_since=None)
+    if len(recent) >= config["budget_restarts"]:
+        state.update(phase=GAVE_UP, since=now, reason="the restart budget is spent (%d restarts in %d s); the last "
+                     "problem: %s" % (len(recent), config["budget_window_s"], problem))
+        return state, ("give_up", state["reason"])
+    recent.append(now)
+    state.update(phase=RESTARTING, since=now, reason="restarting because %s" % problem)
+    return state, ("stop", problem)
+
+
+def _start_when_memory_allows(config, state, seen, now):
+    """The group is stopped for a restart: start it when every node has the memory the plan needs there."""
+    short = memory_short(config, seen)
+    state["memory"] = dict((node, {"available_kib": a, "needed_kib": n}) for node, a, n in short)
+    if not short:
+        state.update(phase=STARTING, since=now, reason="restarted because %s" % state["last_problem"])
+        return state, ("start", state["last_problem"])
+    if now - state["since"] >= config["memory_wait_s"]:
+        state.update(phase=GAVE_UP, since=now, reason="memory did not come back within %d s: %s (restart due because "
+                     "%s)" % (config["memory_wait_s"], describe_short(short), state["last_problem"]))
+        return state, ("give_up", state["reason"])
+    state["reason"] = "waiting for memory before starting the group again: %s" % describe_short(short)
+    return state, ("wait_memory", state["reason"])
+
+
+def decide(config, state, seen):
+    """(next state, action or None) from the state and what was seen at `seen["now"]`:
+    seen = {"now": s, "paused": bool, "resumed": bool (an operator asked to resume), "probe": {"ok": bool, "latency_s": s, "error": str} or None (not probed),
+            "nodes": {...} (group_problem, memory_short), "engine_started_at": the engine container's start (str),
+            "last_log_age_s": seconds since the engine logged or loaded a shard (None when unknown)}."""
+    now = seen["now"]
+    state = dict(state)
+    if seen.get("probe") is not None:
+        state["last_probe"] = dict(seen["probe"], time=now)
+    if seen.get("paused"):
+        if state["phase"] != PAUSED:
+            state.update(phase=PAUSED, since=now, reason="paused by an operator")
+        return state, None
+    started = seen.get("engine_started_at")
+    if state["phase"] == PAUSED or seen.get("resumed") or (started and state.get("engine_started_at") not in (None, started)):
+        # Resumed (after a pause or a give-up), or the engine was started by someone else (a deploy): the group is taken
+        # as it is, with a fresh grace and budget.
+        fresh = new_state(now)
+        fresh["last_probe"] = state["last_probe"]
+        state = fresh
+    if started:
+        state["engine_started_at"] = started
+    if state["phase"] == GAVE_UP:
+        return state, None
+    if state["phase"] == RESTARTING:
+        return _start_when_memory_allows(config, state, seen, now)
+    problem = group_problem(config, seen)
+    if problem:
+        return _restart(config, state, now, problem)
+    probe = seen.get("probe") or {}
+    if probe.get("ok"):
+        if state["phase"] != SERVING or not state.get("serving_since"):
+            state["serving_since"] = now
+        state.update(phase=SERVING, failures=0, reason="")
+        return state, None
+    if state["phase"] == STARTING:
+        # A load in progress: the probe does not count, but a load that stopped moving does.
+        age = seen.get("last_log_age_s")
+        if age is not None and age >= config["stall_s"]:
+            why = "the engine's start made no progress for %d s (no log line, no shard loaded)" % age
+            return _restart(config, state, now, why)
+        if now - state["since"] < config["grace_s"]:
+            return state, None
+        state["phase"] = SERVING  # the grace is over: from now on a failed probe counts
+    state["failures"] = state.get("failures", 0) + 1
+    error = probe.get("error") or "not probed"
+    if state["failures"] >= config["failures_to_restart"]:
+        why = "%d probes in a row got no token (last: %s)" % (state["failures"], error)
+        return _restart(config, state, now, why)
+    state["reason"] = "probe %d of %d failed: %s" % (state["failures"], config["failures_to_restart"], error)
+    return state, None
+
+
+def restarted(state, engine_started_at):
+    """The state after the service started the group again: the engine's new start is the supervisor's own."""
+    state = dict(state)
+    state["engine_started_at"] = engine_started_at
+    return state

@@ -1,0 +1,228 @@
+"""The supervisor's decisions (roles/supervisor/files/dgxspark_supervisor_core.py), as scenarios: what the service saw at
+each look, and what the supervisor must do. Figures are those of the role's defaults (interval 30 s, 3 probes, grace
+3600 s, stall 900 s, budget 3 in 3600 s, memory wait 600 s)."""
+import importlib.util
+import os
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+_SPEC = importlib.util.spec_from_file_location(
+    "dgxspark_supervisor_core",
+    os.path.join(HERE, "..", "..", "roles", "supervisor", "files", "dgxspark_supervisor_core.py"))
+core = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(core)
+
+GIB = 1024 * 1024
+GROUP = [{"node": "spark-alpha", "container": "dgxspark-ray"}, {"node": "spark-beta", "container": "dgxspark-ray"},
+         {"node": "spark-alpha", "container": "dgxspark-vllm", "engine": True}]
+CONFIG = {"interval_s": 30, "deadline_s": 30, "failures_to_restart": 3, "grace_s": 3600, "stall_s": 900,
+          "budget_restarts": 3, "budget_window_s": 3600, "memory_wait_s": 600,
+          "memory_needed_kib": {"spark-alpha": 100 * GIB, "spark-beta": 90 * GIB}, "group": GROUP}
+OK = {"ok": True, "latency_s": 0.2, "error": ""}
+NO_TOKEN = {"ok": False, "latency_s": 30.0, "error": "no answer within 30 s"}
+
+
+def nodes(stopped=(), unreachable=(), missing=(), mem=None, exit_code=0):
+    """What the service reads from each node: every container running, 110 GiB available, unless told otherwise."""
+    mem = mem or {}
+    seen = {}
+    for node in ("spark-alpha", "spark-beta"):
+        if node in unreachable:
+            seen[node] = {"reachable": False, "error": "ssh: connect to host port 22: No route to host"}
+            continue
+        containers = dict((m["container"], {"running": (node, m["container"]) not in stopped, "exit_code": exit_code})
+                          for m in GROUP if m["node"] == node and (node, m["container"]) not in missing)
+        seen[node] = {"reachable": True, "containers": containers, "mem_available_kib": mem.get(node, 110 * GIB)}
+    return seen
+
+
+def look(now, probe="ok", paused=False, started=None, log_age=None, **node_state):
+    """probe: "ok" (a token), None (not probed) or a failed probe; started: the engine container's start time; None:
+    the one it has (run() fills it in)."""
+    probe = OK if probe == "ok" else probe
+    return {"now": now, "probe": probe, "paused": paused, "nodes": nodes(**node_state), "engine_started_at": started,
+            "last_log_age_s": log_age}
+
+
+def stopped_group(seen):
+    """What the service sees right after it stopped the group: every container exited, memory as it was."""
+    after = dict(seen, probe=None, nodes={}, resumed=False)  # the request was taken by the look before
+    for node, view in seen["nodes"].items():
+        containers = dict((name, {"running": False, "exit_code": 0}) for name in view.get("containers", {}))
+        after["nodes"][node] = dict(view, containers=containers)
+    return after
+
+
+def run(looks, state=None, config=None):
+    """Feed the looks in order, as the service does: after a stop it looks again at once. Returns
+    [(phase, 'action+action' or None)] and the last state."""
+    config = config or CONFIG
+    state = state or core.new_state(0)
+    trace, engine_started_at = [], "t0"
+    for seen in looks:
+        engine_started_at = seen["engine_started_at"] = seen["engine_started_at"] or engine_started_at
+        state, action = core.decide(config, state, seen)
+        kinds = [action[0]] if action else []
+        if action and action[0] == "stop":
+            state, action = core.decide(config, state, stopped_group(seen))
+            kinds.append(action[0])
+        if action and action[0] == "start":
+            engine_started_at = "restart-at-%d" % seen["now"]
+            state = core.restarted(state, engine_started_at)
+        trace.append((state["phase"], "+".join(kinds) or None))
+    return trace, state
+
+
+RESTARTED = ("starting", "stop+start")
+
+
+@pytest.mark.parametrize("name, looks, expected", [
+    ("a healthy engine is left alone",
+     [look(30), look(60), look(90)],
+     [("serving", None)] * 3),
+    ("failed probes during the grace do not count",
+     [look(30, NO_TOKEN), look(1800, NO_TOKEN), look(3500, NO_TOKEN), look(3530)],
+     [("starting", None)] * 3 + [("serving", None)]),
+    ("after the grace, 3 failed probes in a row restart the group",
+     [look(3600, NO_TOKEN), look(3630, NO_TOKEN), look(3660, NO_TOKEN)],
+     [("serving", None), ("serving", None), RESTARTED]),
+    ("a token in between starts the count again",
+     [look(30), look(60, NO_TOKEN), look(90, NO_TOKEN), look(120), look(150, NO_TOKEN), look(180, NO_TOKEN)],
+     [("serving", None)] * 6),
+    ("a hung engine (health may answer, no token) restarts after 3 probes",
+     [look(30), look(60, NO_TOKEN), look(90, NO_TOKEN), look(120, NO_TOKEN)],
+     [("serving", None), ("serving", None), ("serving", None), RESTARTED]),
+    ("an engine that exited (code 0 after a rank died) restarts at once, in the grace too",
+     [look(30, None, stopped=[("spark-alpha", "dgxspark-vllm")])],
+     [RESTARTED]),
+    ("a rank's container killed restarts the group at once",
+     [look(30), look(60, NO_TOKEN, stopped=[("spark-beta", "dgxspark-ray")], exit_code=137)],
+     [("serving", None), RESTARTED]),
+    ("a rank's node that left restarts the group",
+     [look(30), look(60, NO_TOKEN, unreachable=["spark-beta"], mem={"spark-beta": 0})],
+     [("serving", None), ("restarting", "stop+wait_memory")]),
+    ("a missing container restarts the group",
+     [look(30, missing=[("spark-beta", "dgxspark-ray")])],
+     [RESTARTED]),
+    ("a start that stopped making progress restarts before the grace ends",
+     [look(30, None, log_age=600), look(960, None, log_age=900)],
+     [("starting", None), RESTARTED]),
+    ("the stall does not count once the engine serves",
+     [look(30), look(60, log_age=5000)],
+     [("serving", None), ("serving", None)]),
+])
+def test_scenario(name, looks, expected):
+    trace, _state = run(looks)
+    assert trace == expected, name
+
+
+def crash(now):
+    return look(now, None, stopped=[("spark-alpha", "dgxspark-vllm")], exit_code=1)
+
+
+def test_a_crash_loop_spends_the_budget_then_gives_up_and_stays_stopped():
+    trace, state = run([crash(30), crash(90), crash(150), crash(210), crash(270)])
+    assert trace == [RESTARTED] * 3 + [("gave_up", "give_up"), ("gave_up", None)]
+    assert state["reason"] == ("the restart budget is spent (3 restarts in 3600 s); the last problem: container "
+                               "dgxspark-vllm on spark-alpha is not running (exit code 1)")
+
+
+def test_restarts_older_than_the_window_leave_the_budget():
+    trace, state = run([crash(30), crash(90), crash(150), crash(3650)])
+    assert trace == [RESTARTED] * 4
+    assert state["restarts"] == [90, 150, 3650]
+
+
+def test_a_budget_of_zero_never_restarts():
+    trace, _state = run([crash(30)], config=dict(CONFIG, budget_restarts=0))
+    assert trace == [("gave_up", "give_up")]
+
+
+def test_no_restart_into_memory_that_is_not_there_then_restart_when_it_is_back():
+    low = {"spark-beta": 60 * GIB}
+    stopped = [("spark-alpha", "dgxspark-vllm")]
+    trace, state = run([look(30), look(60, None, stopped=stopped, mem=low), look(90, None, stopped=stopped, mem=low),
+                        look(120, None, stopped=stopped)])
+    assert trace == [("serving", None), ("restarting", "stop+wait_memory"), ("restarting", "wait_memory"),
+                     ("starting", "start")]
+    assert state["restarts"] == [60] and state["engine_started_at"] == "restart-at-120"
+
+
+def test_memory_that_does_not_come_back_gives_up_naming_the_node_and_both_figures():
+    low = {"spark-beta": 60 * GIB}
+    looks = [look(t, None, stopped=[("spark-alpha", "dgxspark-vllm")], mem=low) for t in (60, 300, 659, 660)]
+    trace, state = run(looks)
+    assert trace == [("restarting", "stop+wait_memory")] + [("restarting", "wait_memory")] * 2 + [("gave_up", "give_up")]
+    assert state["reason"] == ("memory did not come back within 600 s: spark-beta has 60.0 GiB available, the plan needs "
+                               "90.0 GiB (restart due because container dgxspark-vllm on spark-alpha is not running "
+                               "(exit code 0))")
+    assert state["restarts"] == [60]
+
+
+def test_a_node_whose_memory_cannot_be_read_counts_as_short():
+    short = core.memory_short(CONFIG, {"nodes": nodes(unreachable=["spark-beta"])})
+    assert short == [("spark-beta", None, 90 * GIB)]
+    assert core.describe_short(short) == "spark-beta cannot be read (the plan needs 90.0 GiB there)"
+
+
+def test_paused_the_supervisor_does_nothing_and_a_resume_takes_the_group_as_it_is():
+    stopped = [("spark-alpha", "dgxspark-vllm")]
+    trace, state = run([crash(30), crash(90), look(120, None, paused=True, stopped=stopped),
+                        look(150, None, paused=True, stopped=stopped), look(180, started="by-hand"), look(210)])
+    assert trace == [RESTARTED, RESTARTED, ("paused", None), ("paused", None),
+                     ("serving", None), ("serving", None)]
+    assert state["restarts"] == []  # a fresh budget after the resume
+
+
+def test_a_resume_after_a_give_up_starts_again_with_a_fresh_budget():
+    trace, state = run([crash(30), crash(60), crash(90), crash(120), dict(crash(150), resumed=True)])
+    assert trace[3] == ("gave_up", "give_up") and trace[4] == RESTARTED
+    assert state["restarts"] == [150]
+
+
+def test_a_resume_gives_a_fresh_grace():
+    trace, _state = run([look(30, paused=True), look(4000, NO_TOKEN), look(4030, NO_TOKEN), look(4060, NO_TOKEN)])
+    assert trace == [("paused", None)] + [("starting", None)] * 3
+
+
+def test_an_engine_started_by_a_deploy_gets_a_fresh_grace_and_budget_even_after_a_give_up():
+    trace, state = run([crash(30), crash(60), crash(90), crash(120), look(150, None, started="deploy"),
+                        look(180, NO_TOKEN, started="deploy")])
+    assert trace[3] == ("gave_up", "give_up")
+    assert trace[4:] == [("starting", None), ("starting", None)]
+    assert state["restarts"] == []
+
+
+def test_the_supervisor_s_own_restart_is_not_taken_for_a_deploy():
+    # the engine's new start time after our restart is recorded by restarted(): the next look keeps the budget
+    trace, state = run([crash(30), look(60, None)])
+    assert trace == [RESTARTED, ("starting", None)]
+    assert state["restarts"] == [30]
+
+
+def test_the_last_probe_is_kept_for_the_report():
+    _trace, state = run([look(30), look(60, NO_TOKEN)])
+    assert state["last_probe"] == dict(NO_TOKEN, time=60)
+    assert state["reason"] == "probe 1 of 3 failed: no answer within 30 s"
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"interval_s": 0}, "interval_s must be a number above 0, got 0"),
+    ({"grace_s": "1h"}, "grace_s must be a number above 0, got '1h'"),
+    ({"budget_restarts": -1}, "budget_restarts must be an integer of 0 or more, got -1"),
+    ({"budget_restarts": True}, "budget_restarts must be an integer of 0 or more, got True"),
+    ({"group": []}, "group must list the containers to restart, in start order"),
+    ({"group": GROUP[:2]}, "group must end with its one engine container (engine: true)"),
+    ({"group": [GROUP[2]] + GROUP[:2]}, "group must end with its one engine container (engine: true)"),
+    ({"group": [{"node": "spark-alpha"}] + GROUP}, "group[0] needs a node and a container, got {'node': 'spark-alpha'}"),
+    ({"memory_needed_kib": {"spark-alpha": 1}}, "memory_needed_kib must give a figure for each node of the group: "
+                                                "spark-alpha, spark-beta"),
+])
+def test_a_bad_configuration_is_named(change, message):
+    assert message in core.check_config(dict(CONFIG, **change))
+
+
+def test_a_missing_key_is_named_and_the_defaults_are_usable():
+    assert core.check_config(dict((k, v) for k, v in CONFIG.items() if k != "stall_s")) == ["missing key 'stall_s'"]
+    assert core.check_config(CONFIG) == []
