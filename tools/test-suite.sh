@@ -44,21 +44,27 @@ wait_for_part lab-up "$lab_up" || lab_rc=$?
 cat .build/lab-up.log
 [ $lab_rc -eq 0 ] || { echo "make test: the lab did not come up (its log above)" >&2; exit 1; }
 # The second lab (its own nodes, networks and bridges, lab/README.md) runs beside the first at a quarter of its CPU
-# weight: molecule's scenarios (serving first, while the first lab's modules that start no engine run), then the lab
-# modules that start no engine and need a lab of their own for a while (they take rails or nodes down, or copy an image).
-# The first lab runs every other module, the serving ones last (tests/lab/conftest.py). Most of a lab test's time is
-# waiting (an engine loading, a node booting, a copy at the rails' rate), so the two labs share the 2 CPUs well.
-second_lab_modules=(tests/lab/test_distribute_lab.py tests/lab/test_cx7_netplan_faults.py tests/lab/test_preflight_lab.py)
+# weight: first the profile patches module (a deploy of its own, while the first lab's first modules start no engine),
+# then molecule's scenarios, then the lab modules that start no engine but take nodes, rails or the management network
+# down (distribute, cx7 faults, preflight). The first lab runs every other module, the serving ones last
+# (tests/lab/conftest.py). Most of a lab test's time is waiting (an engine loading, a node booting, a copy at the rails'
+# rate), so the two labs share the 2 CPUs well.
+second_lab_first=(tests/lab/test_profile_patches_lab.py)
+second_lab_last=(tests/lab/test_distribute_lab.py tests/lab/test_cx7_netplan_faults.py tests/lab/test_preflight_lab.py)
 first_lab_ignores=()
-for module in "${second_lab_modules[@]}"; do first_lab_ignores+=("--ignore=$module"); done
+for module in "${second_lab_first[@]}" "${second_lab_last[@]}"; do first_lab_ignores+=("--ignore=$module"); done
 scenarios="serving $(ls molecule/*/molecule.yml | cut -d/ -f2 | grep -vx serving | sort | tr '\n' ' ')"
 (
     export DGXSPARK_LAB_INSTANCE=1 DGXSPARK_LAB_STATE_SUFFIX=-1 DGXSPARK_LAB_CPU_SHARES=256
+    second_lab_pytest() {
+        DGXSPARK_TEST_DURATIONS=.build/test-durations.tsv .venv/bin/pytest -p no:cacheprovider -m lab --durations=15 \
+            --durations-min=20 "$@"
+    }
+    second_lab_pytest "${second_lab_first[@]}" || exit 1
     for scenario in $scenarios; do
         t "molecule/$scenario" env PATH="$PWD/.venv/bin:$PATH" .venv/bin/molecule test -s "$scenario" || exit 1
     done
-    DGXSPARK_TEST_DURATIONS=.build/test-durations.tsv .venv/bin/pytest -p no:cacheprovider -m lab --durations=15 \
-        --durations-min=20 "${second_lab_modules[@]}" || exit 1
+    second_lab_pytest "${second_lab_last[@]}" || exit 1
     python3 lab/labctl.py down
 ) > .build/second-lab.log 2>&1 &
 second_lab=$!

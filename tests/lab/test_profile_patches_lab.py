@@ -83,7 +83,8 @@ def profiles_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def deployed(lab, profiles_dir):
-    # The last serving module (conftest.SERVING_MODULES): its last test leaves vLLM starting again by itself.
+    # Its last test leaves the group restarting: nothing serves after it (`make test` runs it alone on the second lab;
+    # with the other modules, it is the last serving one, conftest.SERVING_MODULES).
     return playbook_ok(four_serving_nodes(lab), "deploy.yml", *deploy_args(profiles_dir, "lab_patched"))
 
 
@@ -142,9 +143,9 @@ def test_a_patch_altered_on_a_node_stops_its_container_with_the_reason(lab, depl
         time.sleep(2)
         log = worker.check_output("docker logs --since 2m dgxspark-ray 2>&1")
     assert "/opt/dgxspark/patches/lab_marker.py has sha256" in log and "the profile records" in log, log[-2000:]
-    # The ray phase puts the file back (its stamp watches the files); Docker's restart policy then starts the container
-    # with it, and the phase waits until the node is back in Ray. (vLLM, whose engine lost that rank, starts again by
-    # its own restart policy: this module is the last that serves, nothing waits for it.)
+    # The ray phase (which pauses the supervisor) puts the file back (its stamp watches the files) and starts the
+    # container with it, and waits until the node is back in Ray. (vLLM, whose engine lost that rank, is restarted with
+    # the group by the supervisor once the deploy resumes it: nothing waits for it here.)
     started = int(time.time())
     rc, out = run_playbook(lab, "deploy.yml", "--tags", "ray", *deploy_args(profiles_dir, "lab_patched"))
     assert rc == 0, out[-4000:]

@@ -296,6 +296,24 @@ def test_paused_it_looks_but_does_not_act_and_resume_lets_it_act(group, tmp_path
     assert not os.path.exists(os.path.join(group.config["state_dir"], "resume"))  # the request was taken
 
 
+def test_a_pause_in_the_middle_of_a_restart_stops_it_there(group, monkeypatch):
+    _Engine.mode = "ok"
+    group.set_world(stopped=["alpha/vllm"])
+    calls = []
+    real_call = service.node_call
+
+    def pause_after_the_first_stop(config, node, words, timeout):
+        if words[0] == "stop":
+            calls.append(words)
+        if len(calls) == 2:  # a deploy pauses it while it stops the group
+            open(group.paused_file, "w").write("deploy: phase ray\n")
+        return real_call(config, node, words, timeout)
+    monkeypatch.setattr(service, "node_call", pause_after_the_first_stop)
+    group.step()
+    assert acts(group) == ["alpha stop vllm", "beta stop ray"]  # no more stops, no start
+    assert "paused during the stop: the rest of the group is left as it is" in group.out_text()
+
+
 def test_an_unreachable_node_is_named_in_the_report(group):
     group.set_world(down=["beta"], mem={"beta": 0})
     group.step()

@@ -143,6 +143,10 @@ class Supervisor(object):
         members = list(reversed(self.config["group"])) if verb == "stop" else self.config["group"]
         ok_all = True
         for member in members:
+            if os.path.exists(self.paused_file):
+                # A deploy (or an operator) paused it in the middle: whoever paused it now owns the group.
+                self.say("paused during the %s: the rest of the group is left as it is" % verb)
+                return False
             ok, _out, error = node_call(self.config, member["node"], [verb, member["container"]],
                                         timeout=self.config.get("act_timeout_s", 120))
             if not ok:
