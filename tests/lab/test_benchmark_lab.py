@@ -61,7 +61,7 @@ def first_run(deployed, lab, tmp_path_factory):
     results = tmp_path_factory.mktemp("bench") / "rdma"
     # The supervisor's probe (one token every interval) would count in vLLM's counters too: paused while they are read.
     head = lab.host("spark-alpha")
-    head.check_output("%s pause benchmark test: counting the engine's tokens" % SUPERVISOR)
+    head.check_output("%s pause the benchmark test counts the engine tokens" % SUPERVISOR)
     time.sleep(12)  # a probe under way when it was paused ends (the lab's deadline: 10 s)
     try:
         before = engine_counters(lab)
