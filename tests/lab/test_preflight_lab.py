@@ -20,7 +20,8 @@ pytestmark = pytest.mark.lab
 MODEL_DIR = "/var/lib/dgxspark-lab/models/qwen3-moe-tiny"
 # What a deploy changes: the collection's files and stamps, the netplan and sysctl drop-ins, every container's state.
 WATCHED = "/etc/dgxspark /etc/netplan /etc/sysctl.d /etc/security/limits.d /var/lib/dgxspark " + MODEL_DIR
-SNAPSHOT = ("find %s -type f -exec sha256sum {} + 2>/dev/null | sort; "
+# The supervisor's report is rewritten at each of its looks (a live reading, not something a deploy changed).
+SNAPSHOT = ("find %s -type f ! -path /var/lib/dgxspark/supervisor/report.json -exec sha256sum {} + 2>/dev/null | sort; "
             "docker ps -aq --no-trunc | sort | xargs -r docker inspect -f '{{.Id}} {{.State.Status}} {{.State.StartedAt}}'") % WATCHED
 
 
