@@ -99,14 +99,15 @@ def look_nodes(config):
     return seen
 
 
-def engine(config):
-    return config["group"][-1]
+def engine_view(config, nodes):
+    """What the look saw of the engine container (the group's last member): {} when its node or it is missing."""
+    member = config["group"][-1]
+    return ((nodes.get(member["node"]) or {}).get("containers") or {}).get(member["container"]) or {}
 
 
 def look(config, paused, now, resumed=False):
     nodes = look_nodes(config)
-    member = engine(config)
-    container = ((nodes.get(member["node"]) or {}).get("containers") or {}).get(member["container"]) or {}
+    container = engine_view(config, nodes)
     return {"now": now, "paused": paused, "resumed": resumed, "nodes": nodes,
             "probe": probe(config) if container.get("running") and not paused else None,
             "engine_started_at": container.get("started_at") or None,
@@ -167,9 +168,7 @@ class Supervisor(object):
             self.state, action = core.decide(self.config, self.state, seen)
         if action and action[0] == "start":
             self.act_on_group("start")
-            after = look_nodes(self.config)
-            member = engine(self.config)
-            started = (((after.get(member["node"]) or {}).get("containers") or {}).get(member["container"]) or {})
+            started = engine_view(self.config, look_nodes(self.config))
             self.state = core.restarted(self.state, started.get("started_at"))
             self.say("group started again (%d restarts in the last %d s, budget %d)" % (
                 len(self.state["restarts"]), self.config["budget_window_s"], self.config["budget_restarts"]))
