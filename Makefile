@@ -9,7 +9,7 @@ PYTEST := $(BIN)/pytest
 MOLECULE_SCENARIOS := $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 
 .PHONY: help setup system-deps run plan lint yamllint ansible-lint sanity unit \
-	build bench-lab bench-network bench-deploy bench-distribute bench-serving lab-up lab-down lab-status lab-test \
+	build promtool bench-lab bench-network bench-deploy bench-distribute bench-serving lab-up lab-down lab-status lab-test \
 	molecule test clean
 
 help:
@@ -44,7 +44,11 @@ lint: yamllint ansible-lint
 sanity: setup system-deps
 	bash tools/sanity.sh
 
-unit: setup
+# promtool (Debian's, unpacked under .cache/): the alert rules' own tests; the unit tests also use it on the dashboards.
+promtool:
+	bash tools/promtool.sh
+
+unit: setup promtool
 	$(PYTEST) -n auto tests/unit tests/lab/test_labctl_unit.py
 
 build: setup

@@ -37,6 +37,7 @@ t setup bash tools/setup.sh
 t yamllint .venv/bin/yamllint --strict .
 t ansible-lint env PATH="$PWD/.venv/bin:$PATH" .venv/bin/ansible-lint --profile production --nocolor
 t sanity bash tools/sanity.sh
+t promtool bash tools/promtool.sh
 t unit .venv/bin/pytest -n auto tests/unit tests/lab/test_labctl_unit.py
 t build bash -c 'rm -rf .build/dist && mkdir -p .build/dist && .venv/bin/ansible-galaxy collection build --output-path .build/dist .'
 lab_rc=0

@@ -22,6 +22,8 @@ systemctl disable getty@.service e2scrub_reap.service apt-daily-upgrade.timer ap
 systemctl mask getty.target console-getty.service systemd-pstore.service sys-kernel-config.mount \
     sys-kernel-debug.mount sys-kernel-tracing.mount sys-fs-fuse-connections.mount \
     systemd-remount-fs.service systemd-firstboot.service systemd-journald-audit.socket || true
+# Installed in the image so that a deploy needs no apt (packages.txt); they run only where the monitoring role enables them.
+systemctl disable prometheus.service prometheus-node-exporter.service || true
 
 apt-get clean
 rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/*.log /tmp/* || true

@@ -735,3 +735,21 @@ def test_live_inventory_plans_on_the_controller(tmp_path, monkeypatch, count):
                           timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "TP %d x PP 1 = %d GPUs on %d nodes" % (count, count, count) in proc.stdout, proc.stdout
+
+
+# `nvidia-smi --query-gpu=<the monitoring gauges' fields> --format=csv`, recorded on an H200 (driver 580.159.04): the
+# stand-in's header and units must be nvidia-smi's, so the gauges parse the same text on the lab and on a Spark.
+RECORDED_QUERY_HEADER = ("index, name, driver_version, clocks.current.sm [MHz], clocks.current.memory [MHz], clocks.max.sm [MHz], "
+                         "power.draw [W], temperature.gpu, utilization.gpu [%], memory.used [MiB]")
+RECORDED_QUERY_ROW = "0, NVIDIA H200, 580.159.04, 345 MHz, 3201 MHz, 1980 MHz, 80.93 W, 39, 0 %, 0 MiB"
+GAUGE_FIELDS = "index,name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.draw,temperature.gpu,utilization.gpu,memory.used"
+
+
+def test_nvidia_smi_standin_answers_the_gauges_query_as_nvidia_smi_does():
+    header, row = standins.render_query(standins.gpu_info(), GAUGE_FIELDS, "csv")
+    assert header == RECORDED_QUERY_HEADER
+    units = lambda line: [value.split(" ", 1)[1] if " " in value and value[0].isdigit() else None
+                          for value in line.split(", ")]
+    assert units(row) == units(RECORDED_QUERY_ROW)
+    nounits = standins.render_query(standins.gpu_info(), GAUGE_FIELDS, "csv,noheader,nounits")
+    assert nounits == ["0, NVIDIA GB10, 580.95.05, 850, 4266, 3003, 4.65, 38, 0, 0"]

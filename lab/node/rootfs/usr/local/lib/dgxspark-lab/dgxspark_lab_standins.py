@@ -291,6 +291,12 @@ NVSMI_FIELDS = {
     "temperature.gpu": ("temperature.gpu", None),
     "utilization.gpu": ("utilization.gpu [%]", "%"),
     "power.draw": ("power.draw [W]", "W"),
+    "clocks.sm": ("clocks.current.sm [MHz]", "MHz"),
+    "clocks.current.sm": ("clocks.current.sm [MHz]", "MHz"),
+    "clocks.mem": ("clocks.current.memory [MHz]", "MHz"),
+    "clocks.current.memory": ("clocks.current.memory [MHz]", "MHz"),
+    "clocks.max.sm": ("clocks.max.sm [MHz]", "MHz"),
+    "clocks.max.mem": ("clocks.max.memory [MHz]", "MHz"),
     "persistence_mode": ("persistence_mode", None),
 }
 
@@ -321,6 +327,13 @@ def gpu_info(driver_version=DEFAULT_DRIVER_VERSION, memory_total_mib=DEFAULT_GPU
         "temperature.gpu": 38,
         "utilization.gpu": 0,
         "power.draw": "4.65",
+        # An idle GB10's clocks (the stand-in never gets busy); the maximum is what the GPU clock alert compares with.
+        "clocks.sm": 850,
+        "clocks.current.sm": 850,
+        "clocks.mem": 4266,
+        "clocks.current.memory": 4266,
+        "clocks.max.sm": 3003,
+        "clocks.max.mem": 4266,
         "persistence_mode": "Enabled",
     }
 

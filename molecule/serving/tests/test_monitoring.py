@@ -1,0 +1,82 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Testinfra checks of the monitoring role in the serving scenario: the node exporter on each node's rail-1 address
+only, with the collection's gauges fresh in its output; Prometheus on the head with the alert rules loaded, its own
+0600 copy of the API key, and every target up (both node exporters and the engine's /metrics, which needs the key).
+(Dashboards against live data and a staged alert: tests/lab/test_monitoring_lab.py.)"""
+
+from __future__ import annotations
+
+import json
+import time
+
+testinfra_hosts = ["ansible://spark-alpha", "ansible://spark-beta"]
+RAIL1 = {"spark-alpha": "192.168.100.10", "spark-beta": "192.168.100.11"}
+
+
+def fetch(host, url):
+    """GET url from the node itself (Python's urllib: the nodes have no curl) -> the body."""
+    return host.check_output("python3 -c \"import sys, urllib.request; "
+                             "sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())\" '%s'" % url)
+
+
+def listening(host, port):
+    return sorted(line.split()[3] for line in host.check_output("ss -Hltn 'sport = :%d'" % port).splitlines())
+
+
+def test_the_node_exporter_listens_on_rail_1_only_and_serves_the_gauges(host):
+    node = host.backend.get_hostname()
+    assert host.service("prometheus-node-exporter").is_running and host.service("prometheus-node-exporter").is_enabled
+    assert listening(host, 9100) == ["%s:9100" % RAIL1[node]]
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        text = fetch(host, "http://%s:9100/metrics" % RAIL1[node])
+        if 'dgxspark_container_running{container="dgxspark-ray"} 1' in text:
+            break
+        time.sleep(2)
+    assert 'dgxspark_container_running{container="dgxspark-ray"} 1' in text
+    assert "dgxspark_gpu_query_ok 1" in text and 'dgxspark_gpu_info{driver="' in text
+    assert "dgxspark_gpu_sm_clock_max_mhz" in text and "dgxspark_memory_floor_bytes" in text
+    # The collector reads the file without errors (a malformed file would show here as 1).
+    assert 'node_textfile_scrape_error 0' in text
+    if node == "spark-alpha":
+        assert 'dgxspark_container_running{container="dgxspark-vllm"} 1' in text
+        assert 'dgxspark_supervisor_phase{phase="serving"} 1' in text
+
+
+def test_the_gauges_timer_runs_and_its_service_is_hardened(host):
+    assert host.service("dgxspark-node-metrics.timer").is_running and host.service("dgxspark-node-metrics.timer").is_enabled
+    show = host.check_output("systemctl show dgxspark-node-metrics.service -p ProtectSystem,NoNewPrivileges,Result")
+    assert "ProtectSystem=strict" in show and "NoNewPrivileges=yes" in show and "Result=success" in show
+
+
+def test_prometheus_runs_on_the_head_only_with_its_own_key_copy(host):
+    node = host.backend.get_hostname()
+    prometheus = host.service("prometheus")
+    if node != "spark-alpha":
+        assert not prometheus.is_running and listening(host, 9090) == []
+        return
+    assert prometheus.is_running and prometheus.is_enabled
+    assert listening(host, 9090) == ["0.0.0.0:9090"]
+    key = host.file("/etc/prometheus/dgxspark_vllm_api_key")
+    assert key.user == "prometheus" and key.mode == 0o600
+    assert key.content_string == host.file("/etc/dgxspark/secrets/vllm_api_key").content_string
+    # The key is in a file Prometheus reads, never in its configuration or its command line.
+    assert key.content_string not in host.file("/etc/prometheus/prometheus.yml").content_string
+    assert key.content_string not in host.check_output("ps -eo args")
+
+
+def test_prometheus_has_the_rules_and_every_target_up(host):
+    if host.backend.get_hostname() != "spark-alpha":
+        return
+    rules = json.loads(fetch(host, "http://127.0.0.1:9090/api/v1/rules"))["data"]["groups"]
+    alerts = set(rule["name"] for group in rules for rule in group["rules"])
+    assert {"DgxsparkEngineDown", "DgxsparkMemoryLow", "DgxsparkRestartLoop", "DgxsparkGpuClockLow"} <= alerts
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        targets = json.loads(fetch(host, "http://127.0.0.1:9090/api/v1/targets"))["data"]["activeTargets"]
+        health = sorted((t["labels"]["job"], t["labels"]["node"], t["health"]) for t in targets)
+        if all(h == "up" for _, _, h in health) and len(health) == 3:
+            break
+        time.sleep(3)
+    assert health == [("node", "spark-alpha", "up"), ("node", "spark-beta", "up"), ("vllm", "spark-alpha", "up")], targets

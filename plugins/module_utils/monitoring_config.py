@@ -1,0 +1,117 @@
+# -*- coding: utf-8 -*-
+# Copyright: dgxspark.cluster contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The monitoring role's configurations from the cluster plan: Prometheus' scrape configuration (every node's
+exporter, the engine's /metrics with the API key, each rank's Ray metrics) and each node's textfile gauges' settings.
+
+Pure logic, stdlib only. Prometheus reaches every target over rail 1 (the network the serving group itself uses,
+which the firewall opens between the nodes only); every target carries the node's inventory name as label `node`,
+which the alert rules and the dashboards use.
+"""
+
+from __future__ import annotations
+
+GIB = 2 ** 30
+
+
+class MonitoringConfigError(ValueError):
+    """The plan or the settings cannot make a configuration."""
+
+
+def _nodes(plan):
+    nodes = sorted(plan.get('nodes') or [], key=lambda node: node['rank'])
+    if not nodes or nodes[0]['host'] != plan.get('head'):
+        raise MonitoringConfigError('the plan has no nodes, or its rank 0 is not its head')
+    rail = (plan.get('rails') or [{}])[0].get('name')
+    addresses = {}
+    for node in nodes:
+        address = (node.get('rail_addresses') or {}).get(rail)
+        if not address:
+            raise MonitoringConfigError('node %s has no address on rail %s in the plan' % (node['host'], rail))
+        addresses[node['host']] = address
+    return nodes, addresses
+
+
+def _port(settings, key):
+    try:
+        port = int(settings[key])
+    except (TypeError, ValueError):
+        raise MonitoringConfigError('%s must be a port number, got %r' % (key, settings[key]))
+    if not 0 < port < 65536:
+        raise MonitoringConfigError('%s must be a port number (1-65535), got %d' % (key, port))
+    return port
+
+
+def _seconds(settings, key):
+    try:
+        seconds = int(settings[key])
+    except (TypeError, ValueError):
+        seconds = 0
+    if seconds <= 0:
+        raise MonitoringConfigError('%s must be a whole number of seconds above 0, got %r' % (key, settings[key]))
+    return '%ds' % seconds
+
+
+def _job(name, targets, **extra):
+    job = {'job_name': name, 'static_configs': [{'targets': [target], 'labels': {'node': host}}
+                                                for host, target in targets]}
+    job.update(extra)
+    return job
+
+
+def prometheus_config(plan, settings):
+    """prometheus.yml as data. settings: scrape_interval_s, evaluation_interval_s, node_exporter_port, vllm_port,
+    ray_metrics_port, scrape_ray (bool), api_key_file, rules_files (list), cluster (the external label)."""
+    nodes, addresses = _nodes(plan)
+    head = plan['head']
+    node_port = _port(settings, 'node_exporter_port')
+    jobs = [
+        _job('node', [(n['host'], '%s:%d' % (addresses[n['host']], node_port)) for n in nodes]),
+        _job('vllm', [(head, '%s:%d' % (addresses[head], _port(settings, 'vllm_port')))],
+             authorization={'type': 'Bearer', 'credentials_file': settings['api_key_file']}),
+    ]
+    if settings.get('scrape_ray'):
+        ray_port = _port(settings, 'ray_metrics_port')
+        jobs.append(_job('ray', [(n['host'], '%s:%d' % (addresses[n['host']], ray_port)) for n in nodes]))
+    return {
+        'global': {'scrape_interval': _seconds(settings, 'scrape_interval_s'),
+                   'evaluation_interval': _seconds(settings, 'evaluation_interval_s'),
+                   'external_labels': {'cluster': str(settings['cluster'])}},
+        'rule_files': list(settings.get('rules_files') or []),
+        'scrape_configs': jobs,
+    }
+
+
+def node_metrics_config(host, plan, settings):
+    """What dgxspark_node_metrics.py reads on `host`. settings: rank_container, engine_container, supervisor_report
+    (the head's report file, '' without a supervisor), phase_dir, output, nvidia_smi, memory_floor_share (of what the
+    plan leaves outside vLLM's budget) or memory_floor_gib (a figure; None: the share)."""
+    nodes = _nodes(plan)[0]
+    if host not in [node['host'] for node in nodes]:
+        raise MonitoringConfigError('%s is not a node of the plan' % host)
+    containers = [settings['rank_container']] + ([settings['engine_container']] if host == plan['head'] else [])
+    floor_gib = settings.get('memory_floor_gib')
+    if floor_gib in (None, ''):
+        memory = plan.get('memory') or {}
+        try:
+            share = float(settings['memory_floor_share'])
+            outside = float(memory['node_memory_gib']) - float(memory['budget_gib'])
+        except (KeyError, TypeError, ValueError):
+            raise MonitoringConfigError('no memory floor: the plan has no node memory and budget, or memory_floor_share '
+                                        'is not a number (%r); set memory_floor_gib' % (settings.get('memory_floor_share'),))
+        if not 0 < share <= 1:
+            raise MonitoringConfigError('memory_floor_share must be above 0 and at most 1, got %s' % share)
+        floor_gib = share * max(outside, 0.0)
+    try:
+        floor_bytes = int(float(floor_gib) * GIB)
+    except (TypeError, ValueError):
+        raise MonitoringConfigError('memory_floor_gib must be a number of GiB, got %r' % (floor_gib,))
+    return {
+        'node': host,
+        'output': settings['output'],
+        'containers': containers,
+        'supervisor_report': settings['supervisor_report'] if host == plan['head'] else '',
+        'phase_dir': settings['phase_dir'],
+        'nvidia_smi': settings['nvidia_smi'],
+        'memory_floor_bytes': floor_bytes,
+    }
