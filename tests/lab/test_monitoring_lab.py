@@ -1,0 +1,117 @@
+"""Monitoring on the 4-node lab (roles/monitoring, the deploy's `monitoring` phase), on vLLM's own engine: after a
+deploy and a benchmark, the head's Prometheus has every target up (4 node exporters and the engine's /metrics, read
+with the API key), every query of every dashboard under dashboards/ returns data, the rules are loaded, and an alert
+fires for real when its cause is staged (a worker's node exporter stopped: DgxsparkNodeExporterDown), then clears.
+Scrape duration and Prometheus' memory are printed (`SCRAPE ...`, `PROMETHEUS RSS ...`).
+
+    python3 lab/labctl.py up --serving && .venv/bin/python -m pytest -m lab -s tests/lab/test_monitoring_lab.py
+"""
+
+import glob
+import json
+import os
+import time
+import urllib.parse
+import urllib.request
+
+import pytest
+
+from ansible_lab import REPO, run_playbook, serving_cluster
+
+pytestmark = pytest.mark.lab
+
+HEAD = "spark-alpha"
+STOPPED = "spark-delta"
+DASHBOARDS = sorted(glob.glob(os.path.join(REPO, "dashboards", "*.json")))
+
+
+def prometheus(lab, path, **params):
+    """GET Prometheus' HTTP API on the head's management address (the firewall lets the lab's management network in:
+    inventories/lab's allowed CIDRs) -> data."""
+    url = "http://%s:9090%s?%s" % (lab.mgmt_ip[HEAD], path, urllib.parse.urlencode(params))
+    with urllib.request.urlopen(url, timeout=30) as response:
+        answer = json.load(response)
+    assert answer["status"] == "success", answer
+    return answer["data"]
+
+
+def targets(lab):
+    return sorted((t["labels"]["job"], t["labels"]["node"], t["health"])
+                  for t in prometheus(lab, "/api/v1/targets")["activeTargets"])
+
+
+def wait_for(what, check, timeout, step=3):
+    deadline = time.time() + timeout
+    while True:
+        seen = check()
+        if seen or time.time() > deadline:
+            return seen
+        time.sleep(step)
+
+
+@pytest.fixture(scope="module")
+def benchmarked(lab, tmp_path_factory):
+    cluster = serving_cluster(lab)
+    values = {"benchmark_concurrency": [1, 2], "benchmark_prompt_tokens": 32, "benchmark_output_tokens": 16,
+              "benchmark_requests_per_user": 2, "benchmark_results_dir": str(tmp_path_factory.mktemp("bench"))}
+    rc, out = run_playbook(cluster, "benchmark.yml", "-e", json.dumps(values), timeout=600)
+    assert rc == 0, out[-4000:]
+    # One scrape after the last request (the lab scrapes every 5 s).
+    time.sleep(6)
+    return cluster
+
+
+def test_every_target_is_up_and_the_rules_are_loaded(benchmarked):
+    expected = [("node", node, "up") for node in sorted(benchmarked.nodes)] + [("vllm", HEAD, "up")]
+    seen = wait_for("every target up", lambda: targets(benchmarked) == sorted(expected) and targets(benchmarked), 60)
+    assert seen == sorted(expected), targets(benchmarked)
+    rules = prometheus(benchmarked, "/api/v1/rules")["groups"]
+    names = set(rule["name"] for group in rules for rule in group["rules"])
+    assert len(names) == 12 and "DgxsparkNodeExporterDown" in names, names
+    durations = [t["lastScrapeDuration"] for t in prometheus(benchmarked, "/api/v1/targets")["activeTargets"]]
+    print("\nSCRAPE duration per target: max %.3f s, mean %.3f s over %d targets"
+          % (max(durations), sum(durations) / len(durations), len(durations)))
+    rss_kib = int(benchmarked.host(HEAD).check_output("ps -o rss= -C prometheus").split()[0])
+    print("PROMETHEUS RSS on the head: %.0f MiB" % (rss_kib / 1024.0))
+
+
+@pytest.mark.parametrize("path", DASHBOARDS, ids=os.path.basename)
+def test_every_dashboard_query_returns_live_data(benchmarked, path):
+    with open(path) as handle:
+        dashboard = json.load(handle)
+    empty = []
+    for panel in dashboard["panels"]:
+        for target in panel["targets"]:
+            result = prometheus(benchmarked, "/api/v1/query", query=target["expr"])["result"]
+            if not result:
+                empty.append("%s: %s" % (panel["title"], target["expr"]))
+    assert not empty, "queries without data:\n" + "\n".join(empty)
+
+
+def test_the_gauges_of_every_node_reach_prometheus(benchmarked):
+    running = prometheus(benchmarked, "/api/v1/query", query="dgxspark_container_running == 1")["result"]
+    assert sorted((r["metric"]["node"], r["metric"]["container"]) for r in running) == sorted(
+        [(node, "dgxspark-ray") for node in benchmarked.nodes] + [(HEAD, "dgxspark-vllm")])
+    serving = prometheus(benchmarked, "/api/v1/query", query='dgxspark_supervisor_phase{phase="serving"}')["result"]
+    assert [(r["metric"]["node"], r["value"][1]) for r in serving] == [(HEAD, "1")]
+    gpus = prometheus(benchmarked, "/api/v1/query", query="dgxspark_gpu_query_ok")["result"]
+    assert sorted((r["metric"]["node"], r["value"][1]) for r in gpus) == [(node, "1") for node in sorted(benchmarked.nodes)]
+
+
+def test_a_stopped_node_exporter_fires_its_alert_then_clears(benchmarked):
+    worker = benchmarked.host(STOPPED)
+    stopped = time.time()
+    worker.check_output("systemctl stop prometheus-node-exporter")
+    try:
+        def firing():
+            alerts = prometheus(benchmarked, "/api/v1/alerts")["alerts"]
+            return [a for a in alerts if a["labels"]["alertname"] == "DgxsparkNodeExporterDown" and a["state"] == "firing"]
+        fired = wait_for("the alert to fire", firing, 150)
+        assert [a["labels"]["node"] for a in fired] == [STOPPED], prometheus(benchmarked, "/api/v1/alerts")
+        print("\nALERT DgxsparkNodeExporterDown firing %.0f s after the exporter stopped (for: 1m)" % (time.time() - stopped))
+        assert fired[0]["annotations"]["summary"] == "The node exporter of %s does not answer" % STOPPED
+    finally:
+        worker.check_output("systemctl start prometheus-node-exporter")
+    cleared = wait_for("the alert to clear",
+                       lambda: not firing() and ("node", STOPPED, "up") in targets(benchmarked), 60)
+    assert cleared, (targets(benchmarked), firing())
