@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# `make test`: every check, in order, stopping at the first failure; at the end (pass or fail) the table of each
-# part's wall time: what a fresh machine installs first (the venv, Debian packages, Docker), lint, sanity, unit, build,
-# the lab by module (tests/lab/conftest.py records them; lab1/ for the second lab's), molecule by scenario (on the
-# second lab, beside the first's tests),
-# and the run's own wall time.
+# `make test`: every check, and at the end (pass or fail) the table of each part's wall time: what a fresh machine
+# installs first (the venv, Debian packages, Docker), lint, promtool, sanity, unit, build, the lab by module
+# (tests/lab/conftest.py records them; lab1/ for the second lab's), molecule by scenario (on the second lab, beside the
+# first's tests), when each of the three parallel parts ended, and the run's own wall time.
 # The lab's build (debootstrap, the engine's wheels: network and disk) runs in the background beside the virtualenv and
-# the checks that only need the CPU (lint, sanity, unit, build), and the lab tests wait for it.
+# the checks that only need the CPU; the checks then run beside the labs' first modules. A failure of any part stops the
+# run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .build
@@ -34,12 +34,18 @@ lab_up=$!
 trap 'pkill -TERM -P "$lab_up" 2>/dev/null; kill "$lab_up" 2>/dev/null; python3 tools/durations.py' EXIT
 
 t setup bash tools/setup.sh
-t yamllint .venv/bin/yamllint --strict .
-t ansible-lint env PATH="$PWD/.venv/bin:$PATH" .venv/bin/ansible-lint --profile production --nocolor
-t sanity bash tools/sanity.sh
-t promtool bash tools/promtool.sh
-t unit .venv/bin/pytest -n auto tests/unit tests/lab/test_labctl_unit.py
-t build bash -c 'rm -rf .build/dist && mkdir -p .build/dist && .venv/bin/ansible-galaxy collection build --output-path .build/dist .'
+# The checks that only need the CPU (lint, sanity, promtool, unit, build) run in the background, beside the lab's build
+# and then beside the labs' first modules, whose time is mostly waiting; a failed check stops the run all the same.
+(
+    t yamllint .venv/bin/yamllint --strict . &&
+    t ansible-lint env PATH="$PWD/.venv/bin:$PATH" .venv/bin/ansible-lint --profile production --nocolor &&
+    t promtool bash tools/promtool.sh &&
+    t sanity bash tools/sanity.sh &&
+    t unit .venv/bin/pytest -n auto tests/unit tests/lab/test_labctl_unit.py &&
+    t build bash -c 'rm -rf .build/dist && mkdir -p .build/dist && .venv/bin/ansible-galaxy collection build --output-path .build/dist .'
+) > .build/checks.log 2>&1 &
+checks=$!
+trap 'pkill -TERM -P "$lab_up" 2>/dev/null; kill "$lab_up" "$checks" 2>/dev/null; python3 tools/durations.py' EXIT
 lab_rc=0
 wait_for_part lab-up "$lab_up" || lab_rc=$?
 cat .build/lab-up.log
@@ -69,14 +75,25 @@ scenarios="serving $(ls molecule/*/molecule.yml | cut -d/ -f2 | grep -vx serving
     python3 lab/labctl.py down
 ) > .build/second-lab.log 2>&1 &
 second_lab=$!
-trap 'pkill -TERM -P "$second_lab" 2>/dev/null; kill "$second_lab" 2>/dev/null; python3 tools/durations.py' EXIT
-# The slowest lab tests by name (which to shorten next), after the modules.
-lab_rc=0
+# The first lab's output is the run's own (the slowest lab tests by name, which to shorten next, after the modules).
 DGXSPARK_TEST_DURATIONS=.build/test-durations.tsv .venv/bin/pytest -m lab --durations=30 --durations-min=20 \
-    "${first_lab_ignores[@]}" tests/lab || lab_rc=$?
-second_rc=0
-wait_for_part "second lab" "$second_lab" || second_rc=$?
-cat .build/second-lab.log
-[ $lab_rc -eq 0 ] || { echo "make test: the lab tests failed (above the second lab's log)" >&2; exit 1; }
-[ $second_rc -eq 0 ] || { echo "make test: a molecule scenario or a test of the second lab failed (its log above)" >&2; exit 1; }
+    "${first_lab_ignores[@]}" tests/lab &
+first_lab=$!
+trap 'for pid in "$lab_up" "$checks" "$first_lab" "$second_lab"; do pkill -TERM -P "$pid" 2>/dev/null; kill "$pid" 2>/dev/null; done
+      python3 tools/durations.py' EXIT
+# Whichever of the three ends first with a failure ends the run (the EXIT trap stops the others).
+declare -A parts=(["$checks"]=checks ["$first_lab"]="first lab" ["$second_lab"]="second lab")
+failed=""
+while [ ${#parts[@]} -gt 0 ]; do
+    rc=0
+    wait -n -p ended "${!parts[@]}" || rc=$?
+    name=${parts[$ended]}
+    unset "parts[$ended]"
+    printf '%s (ended)\t%s\t%s\n' "$name" "$(( $(date +%s) - $(cat .build/test-started) ))" \
+        "$([ $rc -eq 0 ] && echo ok || echo FAILED)" >> .build/test-durations.tsv
+    [ $rc -eq 0 ] || { failed=$name; break; }
+done
+echo "---- the checks' log"; cat .build/checks.log
+echo "---- the second lab's log"; cat .build/second-lab.log
+[ -z "$failed" ] || { echo "make test: the $failed failed (its log above)" >&2; exit 1; }
 echo "make test: all checks passed"
