@@ -191,3 +191,16 @@ def test_docker_does_not_start_when_the_ruleset_cannot_be_loaded(host):
         host.check_output("systemctl start docker.service")
     assert host.check_output("systemctl is-active docker.service") == "active"
     assert host.ansible("dgxspark.cluster.nft_table", "", check=False)["matches"]
+
+
+def test_prometheus_is_open_to_its_networks_only_and_the_node_exporter_to_the_rails_only(host, table):
+    """monitoring's ports: Prometheus (9090) accepted from monitoring_nets (dgxspark_api_allowed_cidrs by default), then
+    dropped; the node exporter (9100) dropped outside the rails (the rails are accepted whole before these rules)."""
+    wanted = host.ansible("ansible.builtin.debug", "var=dgxspark_api_allowed_cidrs", check=False)["dgxspark_api_allowed_cidrs"]
+    assert set_elements(table, "monitoring_nets") == sorted(wanted)
+    rules = host.check_output("nft list chain inet dgxspark input").splitlines()
+    accept = [i for i, line in enumerate(rules) if "tcp dport 9090 ip saddr @monitoring_nets accept" in line]
+    drop = [i for i, line in enumerate(rules) if "tcp dport 9090" in line and "drop" in line
+            and "Prometheus outside dgxspark_monitoring_allowed_cidrs" in line]
+    exporter = [line for line in rules if "tcp dport 9100" in line and "drop" in line and "node exporter outside the rails" in line]
+    assert len(accept) == 1 and len(drop) == 1 and accept[0] < drop[0] and len(exporter) == 1, rules
