@@ -57,7 +57,8 @@ def test_prometheus_runs_on_the_head_only_with_its_own_key_copy(host):
         assert not prometheus.is_running and listening(host, 9090) == []
         return
     assert prometheus.is_running and prometheus.is_enabled
-    assert listening(host, 9090) == ["0.0.0.0:9090"]
+    # monitoring_prometheus_listen_address 0.0.0.0: Go listens on every address (ss: `*`), the firewall names the port.
+    assert listening(host, 9090) in (["*:9090"], ["0.0.0.0:9090"])
     key = host.file("/etc/prometheus/dgxspark_vllm_api_key")
     assert key.user == "prometheus" and key.mode == 0o600
     assert key.content_string == host.file("/etc/dgxspark/secrets/vllm_api_key").content_string
