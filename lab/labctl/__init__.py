@@ -51,7 +51,7 @@ from .constants import (
 from .logic import (
     base_hash_parts, base_packages, container_name, content_hash, default_state, detect_mirror, fabric_mac,
     host_veth, is_serving_test_path, memory_kib, mgmt_ip, node_faults, node_hash_parts, node_index, node_names,
-    parse_apt_sources, parse_gib, parse_rail, parse_rate, rail_address, rate_to_bps, render_group_vars,
+    parse_apt_sources, parse_gib, parse_rail, parse_rate, rail_address, rail_hosts, rate_to_bps, render_group_vars,
     render_hosts_yml, render_known_hosts, render_meminfo, render_ssh_config, serving_hash_parts, serving_model_hash,
     serving_tag, short_name, tbf_args, tree_entries, engine_dir, engine_hash,
 )
@@ -71,7 +71,7 @@ __all__ = [
     "SPARK_MEMTOTAL_KIB", "SPARK_SWAP_KIB", "STATE_DIR", "STATIC_INVENTORY_DIR", "SUITE", "LabError",
     "base_hash_parts", "base_packages", "container_name", "content_hash", "default_state", "detect_mirror",
     "fabric_mac", "host_veth", "is_serving_test_path", "memory_kib", "mgmt_ip", "node_faults", "node_hash_parts", "node_index",
-    "node_names", "parse_apt_sources", "parse_gib", "parse_rail", "parse_rate", "rail_address", "rate_to_bps",
+    "node_names", "parse_apt_sources", "parse_gib", "parse_rail", "parse_rate", "rail_address", "rail_hosts", "rate_to_bps",
     "render_group_vars", "render_hosts_yml", "render_known_hosts", "render_meminfo", "render_ssh_config",
     "serving_hash_parts", "serving_model_hash", "serving_tag", "engine_dir", "engine_hash", "short_name", "tbf_args", "tree_entries",
     "load_state", "serving_model_tar", "serving_rootfs_key", "slim_rootfs", "LIVE_STATE_DIR_EXPR",

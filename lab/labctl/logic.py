@@ -49,6 +49,15 @@ def rail_address(rail, rank):
     return str(net.network_address + RAIL_ADDRESS_OFFSET + rank)
 
 
+def rail_hosts():
+    """`NAME:ADDRESS` of every possible node's rail addresses (docker's --add-host), so that a reverse lookup of a rail
+    address is answered from /etc/hosts at once: without it, c10d's lookup of each peer's address waits 10 s for the
+    lab's DNS (Docker's resolver forwarding to the host's) at every engine start. A Spark cluster's own DNS or hosts
+    file answers it too."""
+    return ["%s-rail%d:%s" % (node, rail, rail_address(rail, index))
+            for rail in sorted(RAIL_SUBNETS) for index, node in enumerate(NODE_NAMES)]
+
+
 def host_veth(node, kind):
     """Host-side end of a node's fabric veth, e.g. dsl-alpha-r1 (at most 15 characters)."""
     name = "%s%s-%s" % (HOST_IF_PREFIX, short_name(node), kind)

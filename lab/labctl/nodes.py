@@ -13,8 +13,8 @@ from .constants import (
     BRIDGES, CAPABILITIES, CONTAINER_PREFIX, CPU_SHARES, LABEL_VALUE, ENGINE_ROOT, FABRIC, NODE_SHM_BYTES, HOST_MTU, LABEL, MEMINFO_PATH, MGMT_GATEWAY, MGMT_NETWORK,
     NODE_START_MTU, LabError,
 )
-from .logic import (container_name, fabric_mac, host_veth, memory_kib, mgmt_ip, node_faults, node_index, render_meminfo,
-                    tbf_args)
+from .logic import (container_name, fabric_mac, host_veth, memory_kib, mgmt_ip, node_faults, node_index, rail_hosts,
+                    render_meminfo, tbf_args)
 from .host import docker, ip_cmd, link_exists, out, run
 from .ssh import node_seed_tar, ssh_dir
 
@@ -58,6 +58,8 @@ def outdated_node(info):
         return "made without the engine mount %s" % ENGINE_ROOT
     if (info.get("HostConfig") or {}).get("ShmSize") != NODE_SHM_BYTES:
         return "its /dev/shm is not %d MiB" % (NODE_SHM_BYTES // 2 ** 20)
+    if sorted((info.get("HostConfig") or {}).get("ExtraHosts") or []) != sorted(rail_hosts()):
+        return "its /etc/hosts lacks the rail addresses"
     return None
 
 
@@ -81,7 +83,10 @@ def create_node(node, index, image):
              "--stop-signal", "SIGRTMIN+3", "--stop-timeout", "10",
              # A lab that runs beside another one yields the CPU to it when both want it (the default weight is 1024).
              "--cpu-shares", str(CPU_SHARES),
-             "-e", "container=docker", image]
+             "-e", "container=docker"]
+    for entry in rail_hosts():
+        args += ["--add-host", entry]
+    args.append(image)
     docker(*args)
     docker("cp", "-", name + ":/", input_data=node_seed_tar(node))
 

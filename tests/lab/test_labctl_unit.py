@@ -753,3 +753,18 @@ def test_nvidia_smi_standin_answers_the_gauges_query_as_nvidia_smi_does():
     assert units(row) == units(RECORDED_QUERY_ROW)
     nounits = standins.render_query(standins.gpu_info(), GAUGE_FIELDS, "csv,noheader,nounits")
     assert nounits == ["0, NVIDIA GB10, 580.95.05, 850, 4266, 3003, 4.65, 38, 0, 0"]
+
+
+def test_every_rail_address_of_every_possible_node_has_a_name_in_etc_hosts():
+    hosts = labctl.rail_hosts()
+    assert len(hosts) == 2 * labctl.MAX_NODES
+    assert hosts[0] == "spark-alpha-rail1:192.168.100.10" and "spark-delta-rail2:192.168.101.13" in hosts
+    assert len(set(entry.split(":")[1] for entry in hosts)) == len(hosts)
+
+
+def test_a_node_made_without_the_rail_names_is_made_again():
+    current = {"Mounts": [{"Destination": labctl.ENGINE_ROOT}],
+               "HostConfig": {"ShmSize": labctl.constants.NODE_SHM_BYTES, "ExtraHosts": list(reversed(labctl.rail_hosts()))}}
+    assert labctl.nodes.outdated_node(current) is None
+    older = {"Mounts": current["Mounts"], "HostConfig": {"ShmSize": labctl.constants.NODE_SHM_BYTES, "ExtraHosts": None}}
+    assert labctl.nodes.outdated_node(older) == "its /etc/hosts lacks the rail addresses"
