@@ -50,11 +50,11 @@ def rail_address(rail, rank):
 
 
 def rail_hosts():
-    """`NAME:ADDRESS` of every possible node's rail addresses (docker's --add-host), so that a reverse lookup of a rail
-    address is answered from /etc/hosts at once: without it, c10d's lookup of each peer's address waits 10 s for the
-    lab's DNS (Docker's resolver forwarding to the host's) at every engine start. A Spark cluster's own DNS or hosts
-    file answers it too."""
-    return ["%s-rail%d:%s" % (node, rail, rail_address(rail, index))
+    """`NAME:ADDRESS` of every possible node's rail addresses, as IPv4 and as IPv4-mapped IPv6 (docker's --add-host), so
+    that a reverse lookup of a rail address is answered from /etc/hosts at once: without them, c10d's lookup of each
+    peer's address (its sockets are IPv6, the address v4-mapped) waits 10 s for the lab's DNS (Docker's resolver
+    forwarding to the host's) at every engine start. A Spark cluster's own DNS answers it at once too."""
+    return ["%s-rail%d:%s%s" % (node, rail, prefix, rail_address(rail, index)) for prefix in ("", "::ffff:")
             for rail in sorted(RAIL_SUBNETS) for index, node in enumerate(NODE_NAMES)]
 
 
