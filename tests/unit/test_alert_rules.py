@@ -1,19 +1,16 @@
 """The alert rules and their promtool tests stay together: every rule has a promtool case that fires it and one that
 must not (tools/promtool.sh runs them), and every gauge of the collection's own that a rule reads is one the node
 metrics script writes (a renamed gauge would leave a rule that never fires)."""
-import importlib.util
 import os
 import re
 
 import yaml
 
+from node_metrics_script import metrics
+
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 RULES = os.path.join(ROOT, "roles", "monitoring", "files", "dgxspark_alerts.rules.yml")
 TESTS = os.path.join(ROOT, "tests", "promtool", "dgxspark_alerts.test.yml")
-_SPEC = importlib.util.spec_from_file_location(
-    "dgxspark_node_metrics", os.path.join(ROOT, "roles", "monitoring", "files", "dgxspark_node_metrics.py"))
-metrics = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(metrics)
 
 
 def load(path):

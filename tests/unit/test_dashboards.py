@@ -3,7 +3,6 @@ overlap, every query on the dashboard's datasource variable), every query valid 
 `promtool check rules` over one recording rule per query), and every metric of the collection's own that a query
 reads written by the node metrics script. Whether each query returns live data: tests/lab/test_monitoring_lab.py."""
 import glob
-import importlib.util
 import json
 import os
 import re
@@ -12,13 +11,11 @@ import subprocess
 import pytest
 import yaml
 
+from node_metrics_script import metrics
+
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 PROMTOOL = os.path.join(ROOT, ".cache", "prometheus-deb", "usr", "bin", "promtool")
 DASHBOARDS = sorted(glob.glob(os.path.join(ROOT, "dashboards", "*.json")))
-_SPEC = importlib.util.spec_from_file_location(
-    "dgxspark_node_metrics", os.path.join(ROOT, "roles", "monitoring", "files", "dgxspark_node_metrics.py"))
-metrics = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(metrics)
 
 
 def load(path):

@@ -1,7 +1,6 @@
 """The monitoring role's textfile gauges (roles/monitoring/files/dgxspark_node_metrics.py): nvidia-smi's real query
 output (recorded), Docker's inspect, the supervisor's report, and a whole collection on this machine with stand-in
 commands, read back by a Prometheus text-format parser of our own rules (one sample per line, HELP and TYPE once)."""
-import importlib.util
 import json
 import os
 import re
@@ -9,10 +8,8 @@ import time
 
 import pytest
 
-FILES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "roles", "monitoring", "files")
-_SPEC = importlib.util.spec_from_file_location("dgxspark_node_metrics", os.path.join(FILES, "dgxspark_node_metrics.py"))
-metrics = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(metrics)
+from node_metrics_script import metrics
+
 
 # `nvidia-smi --query-gpu=<GPU_FIELDS> --format=csv,noheader,nounits`, recorded on an H200 (driver 580.159.04, idle);
 # the GB10 rows keep the same shape with the values a Spark gives (memory.used is not reported on unified memory).
