@@ -1,7 +1,7 @@
 """Security of a deployed 4-node lab (issue 9): host firewall and secrets, after one `deploy-397b.yml`.
 
-- From the controller, on the management network: no Ray port answers (every port a Ray or serving process listens
-  on, on every node, except SSH and the API), and the API answers 401 without the key, 200 with it, on every route the
+- From the controller, on the management network: no Ray port answers (every port a Ray, serving or monitoring process
+  listens on, on every node, except SSH, the API and Prometheus, which answer the networks the inventory allows), and the API answers 401 without the key, 200 with it, on every route the
   running server lists (and on those it does not) except /health.
 - From a peer over a rail the same ports answer and the cluster serves (the deploy's own readiness and smoke test).
 - A firewall table deleted on a node fails `status.yml` naming the node, and the next deploy loads it again on that
@@ -29,6 +29,9 @@ pytestmark = pytest.mark.lab
 
 API_PORT = 8000
 SSH_PORT = 22
+# Prometheus on the head (roles/monitoring) answers dgxspark_monitoring_allowed_cidrs, as the API answers
+# dgxspark_api_allowed_cidrs: in the lab, the management network (tests/lab/test_monitoring_lab.py reads it from there).
+PROMETHEUS_PORT = 9090
 HEAD = "spark-alpha"
 # Fixed, so that a re-run restarts nothing; only ever on the lab.
 HF_TOKEN = "hf_dgxsparkLabSecurityCheck0123456789abcdef"
@@ -102,7 +105,7 @@ def test_the_deploy_ends_healthy(deployed):
 def test_no_ray_port_answers_from_the_management_network(lab, deployed):
     closed = {}
     for node in lab.nodes:
-        ports = listening_ports(lab.host(node)) - {SSH_PORT, API_PORT}
+        ports = listening_ports(lab.host(node)) - {SSH_PORT, API_PORT, PROMETHEUS_PORT}
         closed[node] = sorted(ports)
     # What Ray fixes on the head must be among them, or the check below proves nothing.
     assert {6379, 6380, 6381} <= set(closed[HEAD]), closed
