@@ -11,15 +11,24 @@ cd "$(dirname "$0")/.."
 mkdir -p .build
 rm -f .build/test-durations.tsv .build/lab-up.log
 date +%s > .build/test-started
-trap 'python3 tools/durations.py' EXIT
+# At the end, pass or fail: stop the background parts still running (each `|| true`: errexit holds in a trap, and a
+# part that already ended must not keep the table from printing), then print the table.
+background=()
+finish() {
+    for pid in "${background[@]}"; do
+        pkill -TERM -P "$pid" 2>/dev/null || true
+        kill "$pid" 2>/dev/null || true
+    done
+    python3 tools/durations.py || true
+}
+trap finish EXIT
 t() { tools/timed.sh "$@"; }
 # Waits for a part that runs in the background, records how long the run waited for it ("NAME (waited for)") and
-# returns the part's status; the EXIT trap no longer needs to stop it.
+# returns the part's status.
 wait_for_part() {
     local name=$1 pid=$2 started rc=0
     started=$(date +%s)
     wait "$pid" || rc=$?
-    trap 'python3 tools/durations.py' EXIT
     printf '%s (waited for)\t%s\t%s\n' "$name" "$(( $(date +%s) - started ))" "$([ $rc -eq 0 ] && echo ok || echo FAILED)" \
         >> .build/test-durations.tsv
     return "$rc"
@@ -31,7 +40,7 @@ t docker bash lab/ensure-docker.sh
 t lab-up python3 lab/labctl.py up --nodes 4 --serving > .build/lab-up.log 2>&1 &
 lab_up=$!
 # A check that fails stops the run; the lab's build must not outlive it.
-trap 'pkill -TERM -P "$lab_up" 2>/dev/null; kill "$lab_up" 2>/dev/null; python3 tools/durations.py' EXIT
+background+=("$lab_up")
 
 t setup bash tools/setup.sh
 # The checks that only need the CPU (lint, sanity, promtool, unit, build) run in the background, beside the lab's build
@@ -45,7 +54,7 @@ t setup bash tools/setup.sh
     t build bash -c 'rm -rf .build/dist && mkdir -p .build/dist && .venv/bin/ansible-galaxy collection build --output-path .build/dist .'
 ) > .build/checks.log 2>&1 &
 checks=$!
-trap 'pkill -TERM -P "$lab_up" 2>/dev/null; kill "$lab_up" "$checks" 2>/dev/null; python3 tools/durations.py' EXIT
+background+=("$checks")
 lab_rc=0
 wait_for_part lab-up "$lab_up" || lab_rc=$?
 cat .build/lab-up.log
@@ -79,8 +88,7 @@ second_lab=$!
 DGXSPARK_TEST_DURATIONS=.build/test-durations.tsv .venv/bin/pytest -m lab --durations=30 --durations-min=20 \
     "${first_lab_ignores[@]}" tests/lab &
 first_lab=$!
-trap 'for pid in "$lab_up" "$checks" "$first_lab" "$second_lab"; do pkill -TERM -P "$pid" 2>/dev/null; kill "$pid" 2>/dev/null; done
-      python3 tools/durations.py' EXIT
+background+=("$first_lab" "$second_lab")
 # Whichever of the three ends first with a failure ends the run (the EXIT trap stops the others).
 declare -A parts=(["$checks"]=checks ["$first_lab"]="first lab" ["$second_lab"]="second lab")
 failed=""
