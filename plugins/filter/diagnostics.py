@@ -22,7 +22,7 @@ def diagnostics_bundle_files(hostvars, nodes, plan, status):
 def diagnostics_secret_hits(files, secrets):
     """The bundle's paths in which a secret appears; see plugins/module_utils/diagnostics.py."""
     try:
-        return secret_hits(files, [str(secret) for secret in secrets or [] if secret])
+        return secret_hits(files, [str(secret) for secret in secrets or []])
     except (KeyError, TypeError) as exc:
         raise AnsibleFilterError('diagnostics_secret_hits: %s' % exc) from exc
 

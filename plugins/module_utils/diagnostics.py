@@ -10,6 +10,7 @@ Pure logic, stdlib only; table-tested in tests/unit/test_diagnostics.py.
 
 from __future__ import annotations
 
+import json
 import re
 
 # Environment variables whose value is a secret whatever it looks like.
@@ -78,7 +79,6 @@ def node_view(hostvars_of_node):
 
 
 def _json(value):
-    import json  # pylint: disable=import-outside-toplevel
     return json.dumps(value, indent=2, sort_keys=True, default=str) + '\n'
 
 
@@ -111,5 +111,5 @@ def bundle_files(views, nodes, plan, status):
 
 def secret_hits(files, secrets):
     """The paths of the files (bundle_files) in which any secret value appears: the controller's last check."""
-    values = [value for value, _name in secret_values(dict(('s%d' % n, s) for n, s in enumerate(secrets or []) if s))]
+    values = [value for value, _name in secret_values(dict(('s%d' % n, s) for n, s in enumerate(secrets or [])))]
     return sorted(set(item['path'] for item in files for value in values if value in item['content']))

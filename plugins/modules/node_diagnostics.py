@@ -123,12 +123,17 @@ def read_secrets(paths):
     return named
 
 
-def command(module, argv, timeout=30):
-    """(ok, text): stdout, or what went wrong, in one string. Under coreutils' timeout: a hung driver or daemon is a
+def run_timed(module, argv, timeout=30):
+    """(rc, stdout, stderr) of argv under coreutils' timeout (rc 124 when it ran out): a hung driver or daemon is a
     line in the bundle, not a hung run."""
+    return module.run_command(['timeout', str(timeout)] + argv, check_rc=False, environ_update={'LC_ALL': 'C'})
+
+
+def command(module, argv, timeout=30):
+    """(ok, text): stdout, or what went wrong, in one string."""
     if module.get_bin_path(argv[0]) is None and not os.path.isabs(argv[0]):
         return False, '%s is not installed\n' % argv[0]
-    rc, out, err = module.run_command(['timeout', str(timeout)] + argv, check_rc=False, environ_update={'LC_ALL': 'C'})
+    rc, out, err = run_timed(module, argv, timeout)
     if rc == 124:
         return False, '%s did not answer within %d s\n' % (' '.join(argv), timeout)
     if rc != 0:
@@ -138,8 +143,7 @@ def command(module, argv, timeout=30):
 
 def logs(module, name, lines):
     """The container's last lines, stdout and stderr in time order (--timestamps: sorted lines are)."""
-    rc, out, err = module.run_command(['timeout', '30', module.params['docker'], 'logs', '--timestamps', '--tail',
-                                       str(lines), name], check_rc=False)
+    rc, out, err = run_timed(module, [module.params['docker'], 'logs', '--timestamps', '--tail', str(lines), name])
     if rc != 0:
         return 'docker logs %s exited %d: %s\n' % (name, rc, err.strip())
     return tail(''.join(sorted(line if line.endswith('\n') else line + '\n' for line in (out + err).splitlines(True))),
@@ -205,7 +209,7 @@ def main():
     secrets = secret_values(named)
     sections = {'versions.txt': versions(module)}
     # A missing container makes `docker inspect` exit 1 with the others' JSON; a Docker that is down prints none.
-    rc, out, err = module.run_command(['timeout', '30', params['docker'], 'inspect'] + params['containers'], check_rc=False)
+    rc, out, err = run_timed(module, [params['docker'], 'inspect'] + params['containers'])
     try:
         found = dict((item.get('Name', '').lstrip('/'), item) for item in json.loads(out))
         summary = ''
