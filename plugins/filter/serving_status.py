@@ -10,11 +10,12 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils.serving_status im
 
 
 def serving_status(plan, probes, vllm=None, membership=None, unreachable=None, now=None, served_model_name=None, firewall=None,
-                   supervisor=None):
+                   supervisor=None, release=None):
     """Status table and problems; see plugins/module_utils/serving_status.py build_serving_status."""
     try:
         return build_serving_status(plan, probes, vllm=vllm, membership=membership, unreachable=unreachable, now=now,
-                                    served_model_name=served_model_name, firewall=firewall, supervisor=supervisor)
+                                    served_model_name=served_model_name, firewall=firewall, supervisor=supervisor,
+                                    release=release)
     except (ValueError, KeyError, TypeError) as exc:
         raise AnsibleFilterError('serving_status: %s' % exc) from exc
 

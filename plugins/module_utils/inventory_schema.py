@@ -72,6 +72,12 @@ CLUSTER_VARIABLES = (
     {'name': 'dgxspark_runtime_overhead_gib', 'type': 'float', 'default': DEFAULT_FROM_PROFILE, 'min': 0.0,
      'description': "Per-node memory besides weights and KV cache (CUDA context, activations, NCCL/RoCE buffers), GiB; "
                     "defaults to the profile's runtime_overhead_gib, else 6.0."},
+    {'name': 'dgxspark_release_rollback', 'type': 'bool', 'default': True,
+     'description': 'When the new release of a deploy fails (its ray or vllm phase), put the last proven release back by '
+                    'itself, then fail naming the cause; false leaves the failed release in place to be looked at.'},
+    {'name': 'dgxspark_release_keep', 'type': 'int', 'default': 3, 'min': 2,
+     'description': 'How many proven releases each node keeps, with their images, the current one included '
+                    '(playbooks/rollback.yml puts back the one before the current).'},
 )
 
 HOST_VARIABLES = (

@@ -15,6 +15,7 @@ import calendar
 import datetime
 import time
 
+from ansible_collections.dgxspark.cluster.plugins.module_utils.release import status_line
 from ansible_collections.dgxspark.cluster.plugins.module_utils.supervisor_status import supervisor_status
 from ansible_collections.dgxspark.cluster.plugins.module_utils.vllm_progress import (
     VllmProgressError,
@@ -238,7 +239,7 @@ def _firewall_problems(nodes, firewall, unreachable):
 
 
 def build_serving_status(plan, probes, vllm=None, membership=None, unreachable=None, now=None, served_model_name=None,
-                         firewall=None, supervisor=None):
+                         firewall=None, supervisor=None, release=None):
     """The status table and the problems.
 
     plan: the cluster plan (``nodes`` with ``host``, ``rank``, ``role``). probes: host -> serving_probe
@@ -251,7 +252,8 @@ def build_serving_status(plan, probes, vllm=None, membership=None, unreachable=N
     skipped or failed task result) counts as not probed. firewall: host -> dgxspark.cluster.nft_table
     result for that node's firewall table (a missing host or null: not read, no problem said). supervisor: None (not
     read), or {"expected": bool, "report": the supervisor's report.json or None, "paused": whether its pause file is
-    there now} (supervisor_status.py).
+    there now} (supervisor_status.py). release: the head's dgxspark.cluster.serving_release result (its line of the
+    table: the current release, the previous one), or None.
 
     Returns ``ok``, ``table`` (text lines), ``problems`` (sentences) and ``rows`` (one dict per node).
     """
@@ -342,4 +344,7 @@ def build_serving_status(plan, probes, vllm=None, membership=None, unreachable=N
             table.append(line)
         problems.extend(supervisor_problems)
         notes.extend(supervisor_notes)
+    release_line = status_line(release) if head not in unreachable else None
+    if release_line:
+        table.append(release_line)
     return {'ok': not problems, 'table': table, 'problems': problems, 'rows': rows, 'notes': notes}

@@ -5,8 +5,9 @@ API server on the head (lab/serving/README.md).
 Checks: the first deploy serves (status table healthy, smoke answer); a second deploy changes nothing and restarts
 nothing; a changed vLLM option restarts vLLM only; a changed NCCL transport recreates the Ray containers; a load that
 hangs at shard k trips the stall watchdog naming k/n; a flag vLLM rejects fails fast with vLLM's own message, and
-status.yml then names the error and the paused supervisor, which a deploy without the flag resumes; an image
-missing on one node fails before any container is changed.
+status.yml then names the error and the paused supervisor (with dgxspark_release_rollback false), or, by default, the
+last proven release is put back and serves again; rollback.yml puts the previous release back and a second run has
+nothing to do; an image missing on one node fails before any container is changed.
 
 The tests run in file order and each needs only what the one before leaves: a test that changes or stops vLLM does
 not restart it again, because the next one's own deploy does (a start of the engine is the expensive step); the last
@@ -66,6 +67,8 @@ def test_first_deploy_serves_and_ends_with_a_healthy_table(deployed):
     for node in ("spark-alpha", "spark-beta", "spark-gamma", "spark-delta"):
         assert node in deployed["containers"] and RAY in deployed["containers"][node]
     assert VLLM in deployed["containers"]["spark-alpha"]
+    # The release that proved itself is recorded: the status table's line names it.
+    assert re.search(r"release: [0-9a-f]{12} deployed ", out), out[-3000:]
 
 
 def test_second_deploy_changes_and_restarts_nothing(lab, deployed):
@@ -91,7 +94,35 @@ def test_changed_vllm_option_restarts_vllm_only(lab, deployed):
     assert after["spark-alpha"][VLLM] != before["spark-alpha"][VLLM]
     assert dict((n, c[RAY]) for n, c in after.items()) == dict((n, c[RAY]) for n, c in before.items())
     assert "--max-num-seqs" in lab.host("spark-alpha").check_output("docker inspect --format '{{json .Args}}' %s" % VLLM)
-    # Left as it is: the next test's deploy starts vLLM again without the option.
+    # Left as it is: the next test puts the release before it back.
+
+
+def release_line(out):
+    return re.search(r"release: ([0-9a-f]{12}) deployed .*", out).group(0)
+
+
+def test_rollback_puts_the_previous_release_back_and_a_second_run_does_nothing(lab, deployed):
+    rc, out = run_playbook(lab, "status.yml")
+    assert rc == 0, out[-3000:]
+    current, previous = re.search(r"release: ([0-9a-f]{12}) deployed .*; previous ([0-9a-f]{12}) deployed", out).groups()
+    before = containers(lab)
+    rc, out = run_playbook(lab, "rollback.yml", "--check", "--diff")
+    assert rc == 0 and "Release %s (deployed " % previous in out and "comes back in place of %s" % current in out, out[-3000:]
+    assert containers(lab) == before
+    rc, out = run_playbook(lab, "rollback.yml")
+    assert rc == 0, out[-4000:]
+    after = containers(lab)
+    # The option change is undone by restarting the engine only, the Ray containers keep running as they were.
+    assert dict((n, c[RAY]) for n, c in after.items()) == dict((n, c[RAY]) for n, c in before.items())
+    assert after["spark-alpha"][VLLM] != before["spark-alpha"][VLLM]
+    assert "--max-num-seqs" not in lab.host("spark-alpha").check_output("docker inspect --format '{{json .Args}}' %s" % VLLM)
+    rc, out = run_playbook(lab, "rollback.yml")
+    assert rc == 0 and all(c["changed"] == 0 for c in recap(out).values()), recap(out)
+    assert "release %s serves already: rollback.yml put it back in place of %s" % (previous, current) in out
+    rc, out = run_playbook(lab, "status.yml")
+    assert rc == 0, out[-3000:]
+    assert "release: %s deployed " % previous in out and "put back by rollback.yml at " in out, release_line(out)
+    # Left on the release put back (the first deploy's): the next test changes the transport.
 
 
 def test_changed_nccl_transport_recreates_the_ray_containers(lab, deployed):
@@ -123,18 +154,21 @@ def test_image_missing_on_one_node_fails_before_any_container_changes(lab, deplo
 
 
 def test_hang_at_shard_trips_the_stall_watchdog(lab, deployed):
-    rc, out = deploy(lab, "--tags", "vllm", *extra_vars(vllm_container_extra_env={"DGXSPARK_LAB_HANG_AT_SHARD": "2"},
-                                                       vllm_container_stall_timeout=25, vllm_container_ready_timeout=300,
-                                                       vllm_container_progress_interval=5))
+    # Without the automatic rollback: the failed release stays for the next test to look at.
+    rc, out = deploy(lab, "--tags", "vllm", "-e", "dgxspark_release_rollback=false",
+                     *extra_vars(vllm_container_extra_env={"DGXSPARK_LAB_HANG_AT_SHARD": "2"}, vllm_container_stall_timeout=25,
+                                 vllm_container_ready_timeout=300, vllm_container_progress_interval=5))
     assert rc != 0
     failure = out[out.index("Wait for vLLM to load the model"):]
     assert "2/4" in failure and "spark-alpha" in failure
     assert "futex_wait" in failure and "vllm_container_stall_timeout" in failure
+    assert "was put back on every node" not in out
     # Left without vLLM serving: the next test needs only Ray, and the last one deploys the whole cluster again.
 
 
 def test_flag_vllm_rejects_fails_fast_then_status_names_the_error(lab, deployed):
-    rc, out = deploy(lab, "--tags", "vllm", *extra_vars(vllm_container_extra_args={"quantization": "nvfp4"}))
+    rc, out = deploy(lab, "--tags", "vllm", "-e", "dgxspark_release_rollback=false",
+                     *extra_vars(vllm_container_extra_args={"quantization": "nvfp4"}))
     assert rc != 0
     assert "Unknown quantization method: nvfp4" in out
     # At once, from the container's exit: not from the stall watchdog or the overall timeout.
@@ -147,7 +181,27 @@ def test_flag_vllm_rejects_fails_fast_then_status_names_the_error(lab, deployed)
     assert "The vLLM container dgxspark-vllm on spark-alpha is not running (status exited" in out, out[-4000:]
     assert "nvfp4" in out  # the last error names the option
     assert "The supervisor is paused (deploy: phase " in out  # by the first phase that changed the group
-    # Left stopped: the next (last) test stops the cluster and deploys it whole again, without the option.
+    assert "the containers running now are not this release" in release_line(out)
+    # Left stopped: the next test deploys the flag again, with the automatic rollback.
+
+
+def test_a_failed_release_is_rolled_back_by_itself_and_serves_again(lab, deployed):
+    rc, out = run_playbook(lab, "status.yml")
+    proven = re.search(r"release: ([0-9a-f]{12}) deployed", out).group(1)
+    before = containers(lab)
+    rc, out = deploy(lab, "--tags", "vllm", *extra_vars(vllm_container_extra_args={"quantization": "nvfp4"}))
+    assert rc != 0
+    assert "The new release failed: spark-alpha, phase vllm, " in out and "Unknown quantization method: nvfp4" in out
+    assert "The last proven release %s (deployed " % proven in out, out[-4000:]
+    assert "was put back on every node and answers again" in out and "the supervisor is resumed" in out
+    after = containers(lab)
+    assert dict((n, c[RAY]) for n, c in after.items()) == dict((n, c[RAY]) for n, c in before.items())
+    assert "quantization" not in lab.host("spark-alpha").check_output("docker inspect --format '{{json .Args}}' %s" % VLLM)
+    rc, out = run_playbook(lab, "status.yml")
+    assert rc == 0 and "healthy" in out, out[-4000:]
+    assert release_line(out).startswith("release: %s deployed " % proven)
+    assert "the containers running now are not this release" not in release_line(out)
+    # Left serving the socket transport's release: the last test stops the cluster and deploys it as the inventory says.
 
 
 def test_stop_then_status_fails_and_deploy_serves_again(lab, deployed):

@@ -1,0 +1,259 @@
+"""Releases of the serving group: specs from real `docker inspect` output of the lab's serving containers (vLLM 0.32 CPU
+build on Ray 2.60, made by the ray_cluster and vllm_container roles), digests, ids, the history and the status line."""
+import copy
+import json
+import os
+
+import pytest
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.dgxspark.cluster.plugins.filter.release import release_id as release_id_filter
+from ansible_collections.dgxspark.cluster.plugins.module_utils import release
+from ansible_collections.dgxspark.cluster.plugins.module_utils.serving_status import build_serving_status
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _inspect(name):
+    with open(os.path.join(HERE, "fixtures", "release", name), encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+# `docker inspect dgxspark-vllm dgxspark-ray` on the lab's head, `docker inspect dgxspark-ray` on a worker.
+HEAD = _inspect("docker_inspect_head.json")
+WORKER = _inspect("docker_inspect_worker.json")
+HEAD_SPECS = [release.container_spec(r) for r in HEAD]
+WORKER_SPECS = [release.container_spec(r) for r in WORKER]
+VLLM, RAY = HEAD_SPECS
+IMAGE = "sha256:8cbbb3349d8fd3f0f7d2988e64e67ed6f3e1a63a1db1c98ff69da13ca8457d3a"
+
+
+@pytest.mark.parametrize("spec, key, expected", [
+    (VLLM, "name", "dgxspark-vllm"),
+    (VLLM, "image", IMAGE),
+    (VLLM, "image_name", "dgxspark-lab/serving:c922ebd08ec3"),
+    (VLLM, "role", "vllm_container"),
+    (VLLM, "entrypoint", ["/bin/bash", "-c"]),
+    (VLLM, "pid_mode", "host"),
+    (VLLM, "tty", True),
+    (VLLM, "capabilities", []),
+    (VLLM, "cap_drop", ["ALL"]),
+    (VLLM, "restart_policy", "no"),
+    (VLLM, "device_requests", []),
+    (RAY, "role", "ray_cluster"),
+    (RAY, "capabilities", ["IPC_LOCK"]),
+    (RAY, "tty", False),
+    (RAY, "init", True),
+    (RAY, "network_mode", "host"),
+    (RAY, "ipc_mode", "host"),
+    (WORKER_SPECS[0], "pid_mode", None),  # a worker keeps its own PID namespace: Docker says ""
+    (WORKER_SPECS[0], "devices", []),
+    (WORKER_SPECS[0], "ulimits", []),
+])
+def test_spec_from_real_inspect(spec, key, expected):
+    if key == "entrypoint":
+        assert spec[key][:2] == expected and spec[key][-1] == "vllm-serve.sh"
+    else:
+        assert spec[key] == expected
+
+
+def test_spec_keeps_values_with_equal_signs_and_every_mount():
+    # NCCL_SOCKET_IFNAME's "=" prefix (exact match) must survive the Env list's KEY=VALUE split.
+    assert VLLM["env"]["NCCL_SOCKET_IFNAME"] == "=enp1s0f1np1"
+    assert VLLM["env"]["DGXSPARK_API_KEY_FILE"] == "/run/secrets/dgxspark/vllm_api_key"
+    assert "dgxspark-ray-tmp:/tmp/ray:rw" in RAY["volumes"]
+    assert "/etc/dgxspark/secrets/vllm_api_key:/run/secrets/dgxspark/vllm_api_key:ro" in VLLM["volumes"]
+    assert VLLM["command"][:2] == ["serve", "/var/lib/dgxspark-lab/models/qwen3-moe-tiny"]
+
+
+def test_devices_ulimits_and_gpu_requests_in_docker_container_words():
+    record = copy.deepcopy(WORKER[0])
+    record["HostConfig"].update({
+        "Devices": [{"PathOnHost": "/dev/infiniband/uverbs0", "PathInContainer": "/dev/infiniband/uverbs0",
+                     "CgroupPermissions": "rwm"}],
+        "Ulimits": [{"Name": "memlock", "Soft": -1, "Hard": -1}],
+        "DeviceRequests": [{"Driver": "nvidia", "Count": -1, "DeviceIDs": None, "Capabilities": [["gpu"]], "Options": {}}],
+    })
+    spec = release.container_spec(record)
+    assert spec["devices"] == ["/dev/infiniband/uverbs0:/dev/infiniband/uverbs0:rwm"]
+    assert spec["ulimits"] == ["memlock:-1:-1"]
+    assert spec["device_requests"] == [{"driver": "nvidia", "count": -1, "device_ids": None, "capabilities": [["gpu"]],
+                                        "options": None}]
+
+
+@pytest.mark.parametrize("record", [{}, {"Name": "/x", "Image": "sha256:1"}, {"Name": "/x", "Config": None, "HostConfig": {}}])
+def test_an_unreadable_inspect_record_is_an_error(record):
+    with pytest.raises(release.ReleaseError, match="docker inspect record"):
+        release.container_spec(record)
+
+
+@pytest.mark.parametrize("key, value", [
+    ("image", "sha256:0000"), ("entrypoint", ["/bin/sh"]), ("command", ["serve", "other"]), ("env", {"A": "1"}),
+    ("volumes", []), ("network_mode", "bridge"), ("ipc_mode", "private"), ("pid_mode", None), ("init", False),
+    ("tty", False), ("device_requests", [{"driver": "nvidia"}]), ("devices", ["/dev/x:/dev/x:rwm"]), ("ulimits", ["nofile:1:1"]),
+    ("cap_drop", []), ("capabilities", ["SYS_ADMIN"]), ("security_opts", []), ("restart_policy", "always"),
+    ("labels", {}), ("name", "other"),
+])
+def test_every_spec_key_changes_the_digest(key, value):
+    changed = dict(VLLM, **{key: value})
+    assert release.spec_digest(changed) != release.spec_digest(VLLM)
+    assert key in release.SPEC_KEYS
+
+
+@pytest.mark.parametrize("key, value", [("image_name", "sha256:8cbbb"), ("role", "")])
+def test_what_is_not_docker_s_definition_leaves_the_digest(key, value):
+    # A container put back from the image's ID is the same release as the one made from its name.
+    assert release.spec_digest(dict(VLLM, **{key: value})) == release.spec_digest(VLLM)
+
+
+def test_node_digest_is_order_free_and_release_id_covers_every_node():
+    head = release.node_digest(HEAD_SPECS)
+    assert head == release.node_digest(list(reversed(HEAD_SPECS)))
+    worker = release.node_digest(WORKER_SPECS)
+    rid = release.release_id({"spark-alpha": head, "spark-beta": worker})
+    assert len(rid) == 12 and rid == release.release_id({"spark-beta": worker, "spark-alpha": head})
+    assert rid != release.release_id({"spark-alpha": head, "spark-beta": release.node_digest([])})
+    assert rid != release.release_id({"spark-alpha": head, "spark-gamma": worker})
+
+
+@pytest.mark.parametrize("digests, message", [
+    ({}, "no node of the serving group was read"),
+    ({"spark-alpha": "ab", "spark-beta": None}, "no serving containers read on spark-beta"),
+    ({"spark-alpha": "", "spark-beta": ""}, "no serving containers read on spark-alpha, spark-beta"),
+])
+def test_release_id_refuses_a_node_without_digest(digests, message):
+    with pytest.raises(release.ReleaseError, match=message):
+        release.release_id(digests)
+    with pytest.raises(AnsibleFilterError, match="release_id: " + message):
+        release_id_filter(digests)
+
+
+def test_release_id_filter_wants_a_mapping():
+    with pytest.raises(AnsibleFilterError, match="expects a mapping"):
+        release_id_filter(["ab"])
+
+
+def test_ray_comes_back_before_the_engine_and_the_engine_is_found():
+    assert [s["name"] for s in release.restore_order(HEAD_SPECS)] == ["dgxspark-ray", "dgxspark-vllm"]
+    assert release.engine(HEAD_SPECS) == {"container": "dgxspark-vllm", "url": "http://127.0.0.1:8000",
+                                          "served_model_name": "Qwen/Qwen3.5-397B-A17B-FP8"}
+    assert release.engine(WORKER_SPECS) is None
+
+
+@pytest.mark.parametrize("options, url", [
+    ([], "http://127.0.0.1:8000"),
+    (["--port", "9000"], "http://127.0.0.1:9000"),
+    (["--port=9001", "--host=::"], "http://127.0.0.1:9001"),
+    (["--host", "10.0.0.5", "--port", "8080"], "http://10.0.0.5:8080"),
+])
+def test_engine_url_from_the_options(options, url):
+    spec = dict(VLLM, command=["serve", "/m"] + options)
+    assert release.engine([spec])["url"] == url
+
+
+def _history(*ids):
+    return {"releases": [release.make_release(rid, HEAD_SPECS, "T-" + rid) for rid in ids], "rolled_back": None}
+
+
+@pytest.mark.parametrize("before, rid, keep, after, dropped", [
+    ((), "r1", 3, ["r1"], []),
+    (("r1",), "r2", 3, ["r2", "r1"], []),
+    (("r2", "r1"), "r3", 3, ["r3", "r2", "r1"], []),
+    (("r3", "r2", "r1"), "r4", 3, ["r4", "r3", "r2"], ["r1"]),
+    (("r3", "r2", "r1"), "r4", 2, ["r4", "r3"], ["r2", "r1"]),
+    (("r3", "r2", "r1"), "r1", 3, ["r1", "r3", "r2"], []),  # an older release deployed again comes first, once
+])
+def test_recording_a_release(before, rid, keep, after, dropped):
+    new, gone = release.record(_history(*before), rid, HEAD_SPECS, "NOW", keep)
+    assert [r["id"] for r in new["releases"]] == after
+    assert [r["id"] for r in gone] == dropped
+    assert new["releases"][0]["deployed_at"] == "NOW" and new["rolled_back"] is None
+
+
+def test_recording_the_newest_again_changes_nothing_not_even_its_date():
+    history = _history("r2", "r1")
+    new, gone = release.record(history, "r2", HEAD_SPECS, "LATER", 3)
+    assert new is history and gone == []
+
+
+def test_recording_the_same_id_with_other_containers_on_this_node_replaces_it():
+    history = _history("r1")
+    specs = [dict(VLLM, command=VLLM["command"] + ["--max-num-seqs", "64"]), RAY]
+    new, _gone = release.record(history, "r1", specs, "NOW", 3)
+    assert len(new["releases"]) == 1 and new["releases"][0]["node_digest"] == release.node_digest(specs)
+
+
+def test_keep_below_two_is_refused():
+    with pytest.raises(release.ReleaseError, match="keep must be at least 2"):
+        release.record(_history(), "r1", HEAD_SPECS, "NOW", 1)
+
+
+@pytest.mark.parametrize("history, target, reason", [
+    (_history(), None, "no previous release is recorded"),
+    (_history("r1"), None, "no previous release is recorded"),
+    (_history("r2", "r1"), "r1", ""),
+    (_history("r3", "r2", "r1"), "r2", ""),
+    (dict(_history("r1"), rolled_back={"id": "r2", "at": "T"}), None, "release r1 serves already: rollback.yml put it back in place of r2"),
+])
+def test_rollback_target(history, target, reason):
+    found, why = release.rollback_target(history)
+    assert (found["id"] if found else None) == target
+    assert why.startswith(reason)
+
+
+def test_after_a_rollback_the_replaced_release_leaves_and_a_second_has_nothing_to_do():
+    history = release.after_rollback(_history("r2", "r1"), "NOW")
+    assert [r["id"] for r in history["releases"]] == ["r1"] and history["rolled_back"] == {"id": "r2", "at": "NOW"}
+    assert release.rollback_target(history)[0] is None
+    # The next deploy that proves a release ends the rolled-back state.
+    assert release.record(history, "r3", HEAD_SPECS, "LATER", 3)[0]["rolled_back"] is None
+
+
+@pytest.mark.parametrize("data, message", [
+    ([], "not a release history"),
+    ({"releases": {}}, "not a release history"),
+    ({"releases": [{"id": "r1"}]}, "without id, node_digest or containers"),
+    ({"releases": ["r1"]}, "without id, node_digest or containers"),
+])
+def test_a_history_file_that_is_not_one_is_an_error(data, message):
+    with pytest.raises(release.ReleaseError, match=message):
+        release.validate_history(data, "/var/lib/dgxspark/release/history.json")
+
+
+def test_an_absent_history_is_empty():
+    assert release.validate_history(None, "p") == {"releases": [], "rolled_back": None}
+
+
+def _observed(history, running_is_current=True):
+    target, reason = release.rollback_target(history)
+    return {"current": history["releases"][0] if history["releases"] else None, "rollback_target": target,
+            "rollback_reason": reason, "rolled_back": history["rolled_back"], "running_is_current": running_is_current}
+
+
+IMAGE_TEXT = "dgxspark-lab/serving:c922ebd08ec3 (8cbbb3349d8f), serving Qwen/Qwen3.5-397B-A17B-FP8"
+
+
+@pytest.mark.parametrize("observed, line", [
+    (None, None),
+    ({"skipped": True}, None),
+    (_observed(_history()), "release: none recorded yet (deploy.yml records the release once it serves)"),
+    (_observed(_history("r1")), "release: r1 deployed T-r1 (%s)" % IMAGE_TEXT),
+    (_observed(_history("r2", "r1")),
+     "release: r2 deployed T-r2 (%s); previous r1 deployed T-r1 (rollback.yml puts it back)" % IMAGE_TEXT),
+    (_observed(dict(_history("r1"), rolled_back={"id": "r2", "at": "T"})),
+     "release: r1 deployed T-r1 (%s); put back by rollback.yml at T in place of r2" % IMAGE_TEXT),
+    (_observed(_history("r1"), running_is_current=False),
+     "release: r1 deployed T-r1 (%s); the containers running now are not this release (a deploy under way or failed "
+     "without rollback, or a change by hand)" % IMAGE_TEXT),
+])
+def test_status_line(observed, line):
+    assert release.status_line(observed) == line
+
+
+def test_the_status_table_ends_with_the_release_line():
+    plan = {"head": "spark-alpha", "nodes": [{"host": "spark-alpha", "rank": 0, "role": "head"}]}
+    status = build_serving_status(plan, {}, release=_observed(_history("r2", "r1")))
+    assert status["table"][-1].startswith("release: r2 deployed T-r2")
+    assert not any("release" in p for p in status["problems"])
+    unreachable = build_serving_status(plan, {}, unreachable=["spark-alpha"], release=_observed(_history("r1")))
+    assert not any(line.startswith("release:") for line in unreachable["table"])
