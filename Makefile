@@ -9,7 +9,7 @@ PYTEST := $(BIN)/pytest
 MOLECULE_SCENARIOS := $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 
 .PHONY: help setup system-deps run plan lint yamllint ansible-lint sanity unit \
-	build promtool bench-lab bench-network bench-deploy bench-distribute bench-serving lab-up lab-down lab-status lab-test \
+	build promtool bench-lab bench-network bench-deploy bench-distribute bench-serving bench-release lab-up lab-down lab-status lab-test \
 	molecule test clean
 
 help:
@@ -86,6 +86,10 @@ bench-preflight: setup
 
 bench-faults: setup
 	bench/faults
+
+# Downtime of an option change, rollback.yml and an automatic rollback, against the engine's own restart.
+bench-release: setup
+	bench/release
 
 # Benchmark a deployed endpoint (playbooks/benchmark.yml): make bench-serving INVENTORY=inventories/4node BENCH_ARGS='-e ...'
 bench-serving: setup

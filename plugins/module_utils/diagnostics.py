@@ -113,3 +113,36 @@ def secret_hits(files, secrets):
     """The paths of the files (bundle_files) in which any secret value appears: the controller's last check."""
     values = [value for value, _name in secret_values(dict(('s%d' % n, s) for n, s in enumerate(secrets or [])))]
     return sorted(set(item['path'] for item in files for value in values if value in item['content']))
+
+
+def write_bundle(files, dest, top, mtime):
+    """Write the bundle as one gzipped tarball at dest, readable by its owner only from its creation (0600; its
+    directories 0700, its files 0600 inside), each file under top/ (the bundle's directory name); dest's directory is
+    made when missing (0700). Replaces dest atomically. Returns the tarball's size in bytes. Raises ValueError for a path that would leave top/, OSError."""
+    import io  # pylint: disable=import-outside-toplevel
+    import os  # pylint: disable=import-outside-toplevel
+    import tarfile  # pylint: disable=import-outside-toplevel
+
+    directories = set()
+    for item in files:
+        path = item['path']
+        if path.startswith('/') or '..' in path.split('/') or not path:
+            raise ValueError('a bundle file path must stay inside the bundle, not %r' % path)
+        parts = path.split('/')[:-1]
+        directories.update('/'.join(parts[:i]) for i in range(1, len(parts) + 1))
+    # A directory made here is the owner's only; an existing one (-e diagnose_dir=/tmp) keeps its mode.
+    os.makedirs(os.path.dirname(os.path.abspath(dest)), mode=0o700, exist_ok=True)
+    tmp = dest + '.tmp'
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), 'wb') as raw:
+        with tarfile.open(fileobj=raw, mode='w:gz') as bundle:
+            for name in [top] + ['%s/%s' % (top, d) for d in sorted(directories)]:
+                info = tarfile.TarInfo(name)
+                info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o700, mtime
+                bundle.addfile(info)
+            for item in files:
+                data = item['content'].encode('utf-8')
+                info = tarfile.TarInfo('%s/%s' % (top, item['path']))
+                info.size, info.mode, info.mtime = len(data), 0o600, mtime
+                bundle.addfile(info, io.BytesIO(data))
+    os.rename(tmp, dest)
+    return os.path.getsize(dest)

@@ -155,9 +155,10 @@ def test_image_missing_on_one_node_fails_before_any_container_changes(lab, deplo
 
 def test_hang_at_shard_trips_the_stall_watchdog(lab, deployed):
     # Without the automatic rollback: the failed release stays for the next test to look at.
-    rc, out = deploy(lab, "--tags", "vllm", "-e", "dgxspark_release_rollback=false",
-                     *extra_vars(vllm_container_extra_env={"DGXSPARK_LAB_HANG_AT_SHARD": "2"}, vllm_container_stall_timeout=25,
-                                 vllm_container_ready_timeout=300, vllm_container_progress_interval=5))
+    rc, out = deploy(lab, "--tags", "vllm", *extra_vars(dgxspark_release_rollback=False,
+                                                       vllm_container_extra_env={"DGXSPARK_LAB_HANG_AT_SHARD": "2"},
+                                                       vllm_container_stall_timeout=25, vllm_container_ready_timeout=300,
+                                                       vllm_container_progress_interval=5))
     assert rc != 0
     failure = out[out.index("Wait for vLLM to load the model"):]
     assert "2/4" in failure and "spark-alpha" in failure
@@ -167,8 +168,8 @@ def test_hang_at_shard_trips_the_stall_watchdog(lab, deployed):
 
 
 def test_flag_vllm_rejects_fails_fast_then_status_names_the_error(lab, deployed):
-    rc, out = deploy(lab, "--tags", "vllm", "-e", "dgxspark_release_rollback=false",
-                     *extra_vars(vllm_container_extra_args={"quantization": "nvfp4"}))
+    rc, out = deploy(lab, "--tags", "vllm", *extra_vars(dgxspark_release_rollback=False,
+                                                       vllm_container_extra_args={"quantization": "nvfp4"}))
     assert rc != 0
     assert "Unknown quantization method: nvfp4" in out
     # At once, from the container's exit: not from the stall watchdog or the overall timeout.

@@ -3,11 +3,14 @@ this machine against stand-in docker, nvidia-smi, journalctl and dmesg commands 
 node's secrets inside: no secret value comes back anywhere, and what is not a secret stays readable."""
 import json
 import os
+import stat
 import subprocess
 import sys
+import tarfile
 
 import pytest
 
+from ansible_collections.dgxspark.cluster.plugins.module_utils import diagnostics
 from ansible_collections.dgxspark.cluster.plugins.module_utils.diagnostics import (
     redact, redact_env, secret_values, tail)
 
@@ -183,3 +186,32 @@ def test_no_status_table_is_said_so():
 def test_the_controller_finds_a_secret_left_in_the_bundle(contents, secrets, hits):
     files = [{'path': path, 'content': text} for path, text in contents.items()]
     assert secret_hits(files, [s for s in secrets if s]) == hits
+
+
+def test_the_bundle_is_one_tarball_only_its_owner_reads(tmp_path):
+    files = [{"path": "plan.json", "content": "{}"}, {"path": "spark-alpha/logs/dgxspark-ray.log", "content": "é\n"},
+             {"path": "spark-alpha/versions.txt", "content": "os: Debian"}]
+    dest = tmp_path / "new" / "b.tar.gz"
+    size = diagnostics.write_bundle(files, str(dest), "b", 1764236100)
+    assert size == dest.stat().st_size and stat.S_IMODE(dest.stat().st_mode) == 0o600
+    assert stat.S_IMODE(dest.parent.stat().st_mode) == 0o700
+    with tarfile.open(str(dest)) as bundle:
+        members = dict((m.name, m) for m in bundle.getmembers())
+        assert sorted(members) == ["b", "b/plan.json", "b/spark-alpha", "b/spark-alpha/logs", "b/spark-alpha/logs/dgxspark-ray.log",
+                                   "b/spark-alpha/versions.txt"]
+        assert all(m.mode == (0o700 if m.isdir() else 0o600) for m in members.values())
+        assert bundle.extractfile("b/spark-alpha/logs/dgxspark-ray.log").read().decode("utf-8") == "é\n"
+    assert not list(dest.parent.glob("*.tmp"))
+
+
+def test_an_existing_directory_keeps_its_mode(tmp_path):
+    tmp_path.chmod(0o1777)
+    diagnostics.write_bundle([{"path": "a", "content": ""}], str(tmp_path / "b.tar.gz"), "b", 0)
+    assert stat.S_IMODE(tmp_path.stat().st_mode) == 0o1777
+
+
+@pytest.mark.parametrize("path", ["/etc/passwd", "../x", "a/../../x", ""])
+def test_a_path_leaving_the_bundle_is_refused(tmp_path, path):
+    with pytest.raises(ValueError, match="must stay inside the bundle"):
+        diagnostics.write_bundle([{"path": path, "content": ""}], str(tmp_path / "b.tar.gz"), "b", 0)
+    assert not list(tmp_path.iterdir())
