@@ -62,11 +62,13 @@ cat .build/lab-up.log
 # The second lab (its own nodes, networks and bridges, lab/README.md) runs beside the first at a quarter of its CPU
 # weight: first the profile patches module (a deploy of its own, while the first lab's first modules start no engine),
 # then molecule's scenarios, then the lab modules that start no engine but take nodes, rails or the management network
-# down (distribute, cx7 faults, preflight). The first lab runs every other module, the serving ones last
+# down (distribute, cx7 faults, preflight), and os_hardening's (it rewrites a node's Docker configuration). The first lab
+# runs every other module, the serving ones last
 # (tests/lab/conftest.py). Most of a lab test's time is waiting (an engine loading, a node booting, a copy at the rails'
 # rate), so the two labs share the 2 CPUs well.
 second_lab_first=(tests/lab/test_profile_patches_lab.py)
-second_lab_last=(tests/lab/test_distribute_lab.py tests/lab/test_cx7_netplan_faults.py tests/lab/test_preflight_lab.py)
+second_lab_last=(tests/lab/test_distribute_lab.py tests/lab/test_cx7_netplan_faults.py tests/lab/test_preflight_lab.py
+                 tests/lab/test_os_hardening_lab.py)
 first_lab_ignores=()
 for module in "${second_lab_first[@]}" "${second_lab_last[@]}"; do first_lab_ignores+=("--ignore=$module"); done
 scenarios="serving $(ls molecule/*/molecule.yml | cut -d/ -f2 | grep -vx serving | sort | tr '\n' ' ')"

@@ -11,15 +11,17 @@ import os
 import subprocess
 import sys
 
+import labctl  # tests/lab/conftest.py puts lab/ on the path
 import pytest
 
 pytestmark = pytest.mark.lab
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-INVENTORY = os.path.join(os.environ.get("DGXSPARK_LAB_STATE", os.path.join(REPO, "lab", "state")), "inventory")
+# This lab instance's (DGXSPARK_LAB_INSTANCE: make test runs this module on its second lab).
+INVENTORY = os.path.join(labctl.STATE_DIR, "inventory")
 ANSIBLE_PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
 NODE = os.environ.get("DGXSPARK_LAB_TEST_NODE", "spark-beta")
-CONTAINER = "dgxspark-lab-" + NODE
+CONTAINER = labctl.container_name(NODE)
 
 # The lab's differences from a real Spark for this role (real-Spark defaults in the role).
 LAB_VARS = {
