@@ -157,6 +157,8 @@ REJECTIONS = [
     ('mtu_high', {'dgxspark_mtu': 9500}, ['dgxspark_mtu', 'at most 9216']),
     ('kv_dtype', {'dgxspark_kv_cache_dtype': 'int8'}, ['dgxspark_kv_cache_dtype', 'auto, fp8']),
     ('transport', {'dgxspark_nccl_transport': 'ib'}, ['dgxspark_nccl_transport', 'rdma, socket']),
+    ('release_keep_one', {'dgxspark_release_keep': 1}, ['dgxspark_release_keep', 'at least 2']),
+    ('release_rollback_string', {'dgxspark_release_rollback': 'false'}, ['dgxspark_release_rollback', 'must be a boolean']),
     ('unknown_profile', {'dgxspark_model_profile': 'llama'},
      ['dgxspark_model_profile', 'unknown', 'qwen3_5_397b_a17b_fp8', 'qwen3_vl_235b_a22b_awq']),
     ('max_model_len_above_model', {'dgxspark_max_model_len': 300000}, ['dgxspark_max_model_len', '262144']),
