@@ -10,8 +10,11 @@ Pure logic, stdlib only; table-tested in tests/unit/test_diagnostics.py.
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import re
+import tarfile
 
 # Environment variables whose value is a secret whatever it looks like.
 SECRET_NAME = re.compile(r'(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY|PRIVATE_KEY|CREDENTIAL|_KEY$)', re.IGNORECASE)
@@ -119,10 +122,6 @@ def write_bundle(files, dest, top, mtime):
     """Write the bundle as one gzipped tarball at dest, readable by its owner only from its creation (0600; its
     directories 0700, its files 0600 inside), each file under top/ (the bundle's directory name); dest's directory is
     made when missing (0700). Replaces dest atomically. Returns the tarball's size in bytes. Raises ValueError for a path that would leave top/, OSError."""
-    import io  # pylint: disable=import-outside-toplevel
-    import os  # pylint: disable=import-outside-toplevel
-    import tarfile  # pylint: disable=import-outside-toplevel
-
     directories = set()
     for item in files:
         path = item['path']

@@ -107,6 +107,7 @@ import os
 import stat
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.dgxspark.cluster.plugins.module_utils.docker_inspect import inspect_containers
 from ansible_collections.dgxspark.cluster.plugins.module_utils.nft_table import digest as nft_digest, read_table as read_nft_table
 from ansible_collections.dgxspark.cluster.plugins.module_utils.private_file import write_private_file
 from ansible_collections.dgxspark.cluster.plugins.module_utils.phase_state import (
@@ -148,23 +149,13 @@ def read_interfaces(module, names):
 
 
 def read_containers(module, names):
-    result = dict((name, None) for name in names)
     if not names:
-        return result
+        return {}
     docker = module.get_bin_path('docker')
     if not docker:
         return dict((name, {'error': 'docker not found'}) for name in names)
-    rc, out, _err = module.run_command([docker, 'inspect'] + list(names))
-    try:
-        records = json.loads(out) if out.strip() else []
-    except ValueError:
-        records = []
-    del rc  # a missing container makes docker inspect exit 1 and still print the others
-    for record in records:
-        name = (record.get('Name') or '').lstrip('/')
-        if name in result:
-            result[name] = container_state(record)
-    return result
+    found = inspect_containers(module.run_command, docker, names)
+    return dict((name, container_state(found[name]) if name in found else None) for name in names)
 
 
 def read_sysctls(names):

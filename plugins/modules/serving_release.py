@@ -127,6 +127,7 @@ import datetime
 import json
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.dgxspark.cluster.plugins.module_utils.docker_inspect import inspect_containers
 from ansible_collections.dgxspark.cluster.plugins.module_utils.private_file import write_private_file
 from ansible_collections.dgxspark.cluster.plugins.module_utils.release import (
     ReleaseError,
@@ -143,15 +144,8 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils.release import (
 
 
 def read_specs(module, docker, names):
-    _rc, out, _err = module.run_command([docker, 'inspect'] + list(names))
-    try:
-        records = json.loads(out) if out.strip() else []
-    except ValueError:
-        records = []
-    # A missing container makes docker inspect exit 1 and still print the others.
-    specs = [container_spec(r) for r in records if (r.get('Name') or '').lstrip('/') in names]
-    found = set(s['name'] for s in specs)
-    return restore_order(specs), [n for n in names if n not in found]
+    found = inspect_containers(module.run_command, docker, names)
+    return restore_order([container_spec(found[n]) for n in names if n in found]), [n for n in names if n not in found]
 
 
 def read_history(path):
