@@ -329,3 +329,14 @@ def test_ssh_command_of_a_remote_node():
     argv = service.node_command(config, "spark-beta", ["stop", "dgxspark-ray"])
     assert argv[0] == "ssh" and argv[-2:] == ["root@10.0.0.2", "stop dgxspark-ray"]
     assert "StrictHostKeyChecking=yes" in argv and "BatchMode=yes" in argv
+    assert "ControlPath" not in " ".join(argv)  # no state directory: nowhere to keep a connection
+
+
+def test_ssh_command_keeps_one_connection_per_node_in_the_state_directory():
+    config = {"node_ctl": "/x/node_ctl.py", "nodes": {"spark-beta": {"address": "10.0.0.2"}}, "state_dir": "/var/lib/dgxspark/supervisor",
+              "ssh": {"key": "/etc/dgxspark/supervisor/id_ed25519", "known_hosts": "/etc/dgxspark/supervisor/known_hosts"}}
+    argv = service.node_command(config, "spark-beta", ["look"])
+    options = dict(argv[i + 1].split("=", 1) for i, word in enumerate(argv) if word == "-o")
+    assert options["ControlMaster"] == "auto" and options["ControlPath"] == "/var/lib/dgxspark/supervisor/ssh-%C"
+    assert int(options["ServerAliveInterval"]) * int(options["ServerAliveCountMax"]) <= 15
+    assert argv[-2:] == ["root@10.0.0.2", "look"]
