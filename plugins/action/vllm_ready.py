@@ -13,6 +13,7 @@ from ansible.utils.display import Display
 from ansible_collections.dgxspark.cluster.plugins.module_utils.vllm_progress import (
     ReadinessWatch,
     VllmProgressError,
+    speed_verdict,
     vllm_ready_argument_spec,
 )
 
@@ -39,6 +40,9 @@ class ActionModule(ActionBase):
         for name in ('timeout', 'stall_timeout', 'poll_interval', 'progress_interval', 'http_timeout'):
             if args[name] <= 0:
                 return self._failed(result, '%s must be a positive number of seconds, got %s' % (name, args[name]))
+        if args['min_tokens_per_s'] < 0 or args['speed_tokens'] < 2:
+            return self._failed(result, 'min_tokens_per_s must be 0 (no speed check) or more, and speed_tokens at least 2 (a speed '
+                                        'needs two tokens), got %s and %s' % (args['min_tokens_per_s'], args['speed_tokens']))
         try:
             watch = ReadinessWatch(node, args['container'], args['served_model_name'], chat=args['chat'], timeout=args['timeout'],
                                    stall_timeout=args['stall_timeout'], progress_interval=args['progress_interval'], url=args['url'],
@@ -84,7 +88,20 @@ class ActionModule(ActionBase):
         self._fill(result, watch, args, node)
         if state == ReadinessWatch.FAILED:
             result['failed'] = True
+        elif args['min_tokens_per_s'] > 0:
+            self._gate_speed(result, dict(probe_args, chat=True, speed_tokens=args['speed_tokens'], log_tail=0), args, node, task_vars)
         return result
+
+    def _gate_speed(self, result, probe_args, args, node, task_vars):
+        """The release gate: one timed stream once vLLM is ready; below min_tokens_per_s the task fails with the figure."""
+        probe = self._execute_module(module_name=PROBE, module_args=probe_args, task_vars=task_vars)
+        speed = probe.get('speed') if not probe.get('failed') else {'error': probe.get('msg')}
+        ok, message = speed_verdict(speed, args['min_tokens_per_s'], node, args['container'])
+        result['tokens_per_s'] = (speed or {}).get('tokens_per_s')
+        result['msg'] = '%s %s' % (result['msg'], message)
+        if not ok:
+            result['failed'] = True
+            result['ready'] = False
 
     @staticmethod
     def _failed(result, msg):
@@ -113,6 +130,7 @@ class ActionModule(ActionBase):
             'last_lines': summary['last_lines'],
             'restart_count': summary['restart_count'],
             'probes': summary['probes'],
+            'tokens_per_s': None,
         })
         return result
 

@@ -646,6 +646,22 @@ def vllm_ready_argument_spec():
         poll_interval=dict(type='float', default=5.0),
         progress_interval=dict(type='float', default=float(DEFAULT_PROGRESS_INTERVAL)),
         http_timeout=dict(type='float', default=30.0),
+        min_tokens_per_s=dict(type='float', default=0.0),
+        speed_tokens=dict(type='int', default=64),
         node=dict(type='str'),
         docker_path=dict(type='path'),
     )
+
+
+def speed_verdict(speed, min_tokens_per_s, node, container):
+    """(ok, message) of the speed gate: one stream's decode speed (serving_probe's `speed`) against the minimum asked.
+    A stream that failed or gave too few tokens to time fails the gate too: an engine that cannot stream is not ready."""
+    where = 'vLLM (%s on %s)' % (container, node)
+    if not speed or speed.get('error') or not speed.get('tokens_per_s'):
+        why = (speed or {}).get('error') or 'too few tokens to time (%s)' % (speed or {}).get('output_tokens', 0)
+        return False, '%s answers, but the speed check of min_tokens_per_s %g got no timed stream: %s' % (where, min_tokens_per_s, why)
+    figures = '%.1f tok/s in one stream of %d tokens (first token after %.2f s)' % (
+        speed['tokens_per_s'], speed['output_tokens'], speed.get('ttft_s') or 0)
+    if speed['tokens_per_s'] < min_tokens_per_s:
+        return False, '%s answers, but decodes %s: below min_tokens_per_s %g.' % (where, figures, min_tokens_per_s)
+    return True, '%s decodes %s (min_tokens_per_s %g).' % (where, figures, min_tokens_per_s)

@@ -63,6 +63,12 @@ options:
     description: C(max_tokens) of the chat completion.
     type: int
     default: 32
+  speed_tokens:
+    description:
+      - With O(chat) answered, one more streaming completion of exactly this many tokens (C(ignore_eos), a short prompt, on
+        C(/v1/completions)) times the decode; RV(speed) holds the figures. V(0) sends none.
+    type: int
+    default: 0
   check_unauthorized:
     description: Also request C(/v1/models) without the key and return its status in RV(unauthorized_status) (401 when a key is enforced).
     type: bool
@@ -216,6 +222,13 @@ chat:
   returned: always
   type: dict
   sample: {status: 200, content: "I am Qwen3, a large language model.", finish_reason: stop, error: null}
+speed:
+  description:
+    - The timed stream of O(speed_tokens), C(output_tokens), C(tokens_per_s) (after the first token), C(ttft_s) and C(error). Null
+      when not asked or when the chat completion did not answer.
+  returned: always
+  type: dict
+  sample: {output_tokens: 64, tokens_per_s: 21.4, ttft_s: 0.31, error: null}
 """
 
 import json
@@ -227,6 +240,7 @@ from urllib.request import ProxyHandler, Request, build_opener
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_text
 
+from ansible_collections.dgxspark.cluster.plugins.module_utils.benchmark import request_body, stream_request
 from ansible_collections.dgxspark.cluster.plugins.module_utils.vllm_progress import (
     VllmProgressError,
     chat_answer,
@@ -281,7 +295,8 @@ def check_api(module, key):
     params = module.params
     base = params['url'].rstrip('/')
     timeout = params['http_timeout']
-    out = {'health': None, 'models': None, 'models_status': None, 'models_error': None, 'unauthorized_status': None, 'chat': None}
+    out = {'health': None, 'models': None, 'models_status': None, 'models_error': None, 'unauthorized_status': None, 'chat': None,
+           'speed': None}
     status, body, error = http_request(base + '/health', timeout)
     out['health'] = {'status': status, 'error': error if status != 200 else None}
     if status is None:
@@ -315,6 +330,11 @@ def check_api(module, key):
             except VllmProgressError as exc:
                 chat['error'] = str(exc)
         out['chat'] = chat
+        if params['speed_tokens'] and status == 200 and not chat['error']:
+            record = stream_request(base + '/v1/completions', key, request_body(model, 16, params['speed_tokens'], 0), timeout)
+            out['speed'] = {'output_tokens': record['output_tokens'], 'error': record['error'],
+                            'tokens_per_s': round(record['per_user_tok_s'], 2) if record['per_user_tok_s'] else None,
+                            'ttft_s': round(record['ttft_s'], 3) if record['ttft_s'] is not None else None}
     return out
 
 
@@ -359,6 +379,7 @@ def main():
             chat=dict(type='bool', default=False),
             chat_prompt=dict(type='str', default='Reply with one short sentence: which model are you?'),
             chat_max_tokens=dict(type='int', default=32, no_log=False),
+            speed_tokens=dict(type='int', default=0, no_log=False),
             check_unauthorized=dict(type='bool', default=False),
             http_timeout=dict(type='float', default=10),
             docker_path=dict(type='path'),
@@ -375,6 +396,8 @@ def main():
         module.fail_json(msg='log_tail must be 0 or more, got %d' % params['log_tail'])
     if params['chat_max_tokens'] < 1:
         module.fail_json(msg='chat_max_tokens must be at least 1, got %d' % params['chat_max_tokens'])
+    if params['speed_tokens'] < 0:
+        module.fail_json(msg='speed_tokens must be 0 (no timed stream) or more, got %d' % params['speed_tokens'])
     if params['http_timeout'] <= 0:
         module.fail_json(msg='http_timeout must be a positive number of seconds, got %s' % params['http_timeout'])
     if params['url'] and not params['url'].startswith(('http://', 'https://')):
@@ -386,7 +409,8 @@ def main():
     rc, out, err = module.run_command([docker, 'inspect', '--type', 'container', container], environ_update={'LC_ALL': 'C'})
     result = {'changed': False, 'url': params['url'], 'served_model_name': params['served_model_name'], 'logs': [], 'logs_error': None,
               'logs_truncated': 0, 'last_timestamp': params['log_since'], 'progress': None,
-              'health': None, 'models': None, 'models_status': None, 'models_error': None, 'unauthorized_status': None, 'chat': None}
+              'health': None, 'models': None, 'models_status': None, 'models_error': None, 'unauthorized_status': None, 'chat': None,
+              'speed': None}
     if rc != 0:
         if 'No such container' in (err or '') or 'No such object' in (err or ''):
             result['container'] = missing_container()

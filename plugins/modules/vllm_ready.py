@@ -76,6 +76,16 @@ options:
     description: Seconds each HTTP request of a probe may take (the first chat completion of a large model can take a while).
     type: float
     default: 30.0
+  min_tokens_per_s:
+    description:
+      - Once vLLM is ready, one streaming completion of O(speed_tokens) tokens must decode at least this many tokens per second,
+        else the task fails with the figure (a release gate). V(0) checks no speed. Not measured in check mode.
+    type: float
+    default: 0.0
+  speed_tokens:
+    description: The number of tokens of the stream that O(min_tokens_per_s) times (C(ignore_eos), a short prompt).
+    type: int
+    default: 64
   node:
     description: The node's name in messages; default is C(inventory_hostname).
     type: str
@@ -168,6 +178,11 @@ restart_count:
   description: The container's restart count at the last probe.
   returned: always
   type: int
+tokens_per_s:
+  description: The decode speed O(min_tokens_per_s) measured (tokens per second of one stream); null when not asked.
+  returned: always
+  type: float
+  sample: 21.4
 probes:
   description: How many probes ran.
   returned: always

@@ -5,8 +5,8 @@ API server on the head (lab/serving/README.md).
 Checks: the first deploy serves (status table healthy, smoke answer); a second deploy changes nothing and restarts
 nothing; a changed vLLM option restarts vLLM only; a changed NCCL transport recreates the Ray containers; a load that
 hangs at shard k trips the stall watchdog naming k/n; a flag vLLM rejects fails fast with vLLM's own message, and
-status.yml then names the error and the paused supervisor (with dgxspark_release_rollback false), or, by default, the
-last proven release is put back and serves again; rollback.yml puts the previous release back and a second run has
+status.yml then names the error and the paused supervisor (with dgxspark_release_rollback false); a release below the
+speed gate (vllm_container_min_tokens_per_s) is replaced by the last proven one, which serves again; rollback.yml puts the previous release back and a second run has
 nothing to do; an image missing on one node fails before any container is changed.
 
 The tests run in file order and each needs only what the one before leaves: a test that changes or stops vLLM does
@@ -88,8 +88,11 @@ def test_check_diff_on_the_converged_cluster_changes_nothing(lab, deployed):
 
 def test_changed_vllm_option_restarts_vllm_only(lab, deployed):
     before = containers(lab)
-    rc, out = deploy(lab, "--tags", "vllm", *extra_vars(vllm_container_extra_args={"max_num_seqs": 64}))
+    # With the speed gate on (a floor any serving engine passes): the new release prints its figure.
+    rc, out = deploy(lab, "--tags", "vllm", *extra_vars(vllm_container_extra_args={"max_num_seqs": 64},
+                                                       vllm_container_min_tokens_per_s=0.5))
     assert rc == 0, out[-4000:]
+    assert re.search(r"Speed gate: [0-9.]+ tok/s in one stream, at least 0.5 asked", out), out[-3000:]
     after = containers(lab)
     assert after["spark-alpha"][VLLM] != before["spark-alpha"][VLLM]
     assert dict((n, c[RAY]) for n, c in after.items()) == dict((n, c[RAY]) for n, c in before.items())
@@ -183,21 +186,25 @@ def test_flag_vllm_rejects_fails_fast_then_status_names_the_error(lab, deployed)
     assert "nvfp4" in out  # the last error names the option
     assert "The supervisor is paused (deploy: phase " in out  # by the first phase that changed the group
     assert "the containers running now are not this release" in release_line(out)
-    # Left stopped: the next test deploys the flag again, with the automatic rollback.
+    # Left stopped: the next test deploys another release, with the automatic rollback.
 
 
-def test_a_failed_release_is_rolled_back_by_itself_and_serves_again(lab, deployed):
+def test_a_release_below_the_speed_gate_is_rolled_back_by_itself_and_the_proven_one_serves_again(lab, deployed):
     rc, out = run_playbook(lab, "status.yml")
     proven = re.search(r"release: ([0-9a-f]{12}) deployed", out).group(1)
     before = containers(lab)
-    rc, out = deploy(lab, "--tags", "vllm", *extra_vars(vllm_container_extra_args={"quantization": "nvfp4"}))
+    # An option vLLM takes, and a speed no engine reaches: the new release serves, fails its gate, and is replaced while
+    # it runs (the refused option of the test before fails before the engine serves).
+    rc, out = deploy(lab, "--tags", "vllm", *extra_vars(vllm_container_extra_args={"max_num_seqs": 32},
+                                                       vllm_container_min_tokens_per_s=100000))
     assert rc != 0
-    assert "The new release failed: spark-alpha, phase vllm, " in out and "Unknown quantization method: nvfp4" in out
+    assert "The new release failed: spark-alpha, phase vllm, " in out, out[-4000:]
+    assert re.search(r"answers, but decodes [0-9.]+ tok/s in one stream of 64 tokens .*: below min_tokens_per_s 100000", out), out[-4000:]
     assert "The last proven release %s (deployed " % proven in out, out[-4000:]
     assert "was put back on every node and answers again" in out and "the supervisor is resumed" in out
     after = containers(lab)
     assert dict((n, c[RAY]) for n, c in after.items()) == dict((n, c[RAY]) for n, c in before.items())
-    assert "quantization" not in lab.host("spark-alpha").check_output("docker inspect --format '{{json .Args}}' %s" % VLLM)
+    assert "--max-num-seqs" not in lab.host("spark-alpha").check_output("docker inspect --format '{{json .Args}}' %s" % VLLM)
     rc, out = run_playbook(lab, "status.yml")
     assert rc == 0 and "healthy" in out, out[-4000:]
     assert release_line(out).startswith("release: %s deployed " % proven)

@@ -12,6 +12,7 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from unittest import mock
 
@@ -90,6 +91,22 @@ class VllmApi(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def _stream(self, body):
+        """vLLM's SSE stream of a /v1/completions request: a chunk per token, 5 ms apart, then usage and [DONE]."""
+        self.send_response(200)
+        self.send_header('content-type', 'text/event-stream')
+        self.end_headers()
+        for i in range(body['max_tokens']):
+            time.sleep(0.005)
+            chunk = {'id': 'cmpl-1', 'object': 'text_completion', 'model': 'qwen3',
+                     'choices': [{'index': 0, 'text': ' tok%d' % i, 'logprobs': None, 'finish_reason': None}]}
+            self.wfile.write(b'data: ' + json.dumps(chunk).encode() + b'\n\n')
+            self.wfile.flush()
+        usage = {'id': 'cmpl-1', 'object': 'text_completion', 'model': 'qwen3', 'choices': [],
+                 'usage': {'prompt_tokens': 16, 'completion_tokens': body['max_tokens'], 'total_tokens': 16 + body['max_tokens']}}
+        self.wfile.write(b'data: ' + json.dumps(usage).encode() + b'\n\ndata: [DONE]\n\n')
+        self.close_connection = True
+
     def _authorized(self):
         VllmApi.requests.append((self.command, self.path, self.headers.get('authorization')))
         if self.path.startswith('/v1') and self.headers.get('authorization') != 'Bearer %s' % KEY:
@@ -113,6 +130,9 @@ class VllmApi(BaseHTTPRequestHandler):
             return
         if body.get('model') != 'qwen3':
             self._send(404, {'error': {'message': 'The model `%s` does not exist.' % body.get('model'), 'code': 404}})
+            return
+        if self.path == '/v1/completions' and body.get('stream'):
+            self._stream(body)
             return
         self._send(200, {'object': 'chat.completion', 'model': 'qwen3', 'choices': [
             {'index': 0, 'message': {'role': 'assistant', 'content': 'I am Qwen3 (max_tokens %d).' % body['max_tokens']},
@@ -181,6 +201,30 @@ def test_full_probe(tmp_path, docker, api):
     assert ('GET', '/v1/models', 'Bearer %s' % KEY) in VllmApi.requests and ('GET', '/v1/models', None) in VllmApi.requests
 
 
+def test_speed_tokens_time_one_stream_after_the_chat(tmp_path, docker, api):
+    rc, result, stdout = run_module(tmp_path, {
+        'container': 'dgxspark-vllm', 'docker_path': docker(), 'url': api, 'api_key_file': key_file(tmp_path),
+        'served_model_name': 'qwen3', 'chat': True, 'speed_tokens': 20})
+    assert rc == 0, result
+    assert KEY not in stdout
+    speed = result['speed']
+    assert speed['output_tokens'] == 20 and speed['error'] is None
+    # 19 gaps of at least 5 ms: at most ~200 tok/s, and far more than a stalled stream
+    assert 20 < speed['tokens_per_s'] <= 200 and speed['ttft_s'] >= 0
+    assert ('POST', '/v1/completions', 'Bearer %s' % KEY) in VllmApi.requests
+
+
+def test_no_speed_unless_asked_or_without_a_chat_answer(tmp_path, docker, api):
+    rc, result, _stdout = run_module(tmp_path, {'container': 'dgxspark-vllm', 'docker_path': docker(), 'url': api,
+                                                'api_key_file': key_file(tmp_path), 'served_model_name': 'qwen3', 'chat': True})
+    assert rc == 0 and result['speed'] is None
+    rc, result, _stdout = run_module(tmp_path, {'container': 'dgxspark-vllm', 'docker_path': docker(), 'url': api,
+                                                'api_key_file': key_file(tmp_path), 'served_model_name': 'other', 'chat': True,
+                                                'speed_tokens': 8})
+    assert rc == 0 and result['chat']['status'] == 404 and result['speed'] is None
+    assert ('POST', '/v1/completions', 'Bearer %s' % KEY) not in VllmApi.requests
+
+
 def test_log_since_returns_only_newer_records(tmp_path, docker):
     rc, result, _stdout = run_module(tmp_path, {'container': 'dgxspark-vllm', 'docker_path': docker(), 'log_since': TS[1]})
     assert rc == 0, result
@@ -242,6 +286,7 @@ def test_no_answer_is_data(tmp_path, docker):
     ({'url': '127.0.0.1:8000'}, 'url must start with http'),
     ({'chat_max_tokens': 0}, 'chat_max_tokens'),
     ({'http_timeout': 0}, 'http_timeout'),
+    ({'speed_tokens': -1}, 'speed_tokens must be 0'),
     ({'api_key_file': '/nonexistent/vllm_api_key'}, 'cannot be read'),
 ])
 def test_bad_options_fail(tmp_path, docker, args, match):
@@ -379,9 +424,38 @@ def test_action_check_mode_probes_once(monkeypatch, probe, skipped, phrase):
     assert result['msg'].startswith(phrase)
 
 
+@pytest.mark.parametrize('speed, failed, phrase', [
+    ({'output_tokens': 64, 'tokens_per_s': 21.4, 'ttft_s': 0.31, 'error': None}, False,
+     'vLLM (dgxspark-vllm on spark-alpha) decodes 21.4 tok/s in one stream of 64 tokens (first token after 0.31 s) (min_tokens_per_s 20).'),
+    ({'output_tokens': 64, 'tokens_per_s': 12.0, 'ttft_s': 0.4, 'error': None}, True,
+     'vLLM (dgxspark-vllm on spark-alpha) answers, but decodes 12.0 tok/s in one stream of 64 tokens (first token after 0.40 s): '
+     'below min_tokens_per_s 20.'),
+    ({'output_tokens': 0, 'tokens_per_s': None, 'ttft_s': None, 'error': 'HTTP 500'}, True,
+     'answers, but the speed check of min_tokens_per_s 20 got no timed stream: HTTP 500'),
+    (None, True, 'got no timed stream: too few tokens to time (0)'),
+])
+def test_action_speed_gate(monkeypatch, speed, failed, phrase):
+    probes = [probe_result([], **READY), probe_result([], speed=speed, **READY)]
+    result, sent, _shown, _time = run_action(monkeypatch, probes, min_tokens_per_s=20)
+    assert bool(result.get('failed')) is failed and result['ready'] is (not failed)
+    assert phrase in result['msg'] and result['msg'].startswith('vLLM on spark-alpha is ready')
+    assert result['tokens_per_s'] == (speed or {}).get('tokens_per_s')
+    # Ready first (no stream timed while it loads), then one probe that times a stream of 64 tokens after the chat.
+    assert [p.get('speed_tokens') for p in sent] == [None, 64] and sent[1]['chat'] is True
+
+
+def test_action_speed_gate_off_by_default_and_in_check_mode(monkeypatch):
+    result, sent, _shown, _time = run_action(monkeypatch, [probe_result([], **READY)])
+    assert len(sent) == 1 and result['tokens_per_s'] is None and not result.get('failed')
+    result, sent, _shown, _time = run_action(monkeypatch, [probe_result([], **READY)], check_mode=True, min_tokens_per_s=20)
+    assert len(sent) == 1 and not result.get('failed')
+
+
 @pytest.mark.parametrize('args, match', [
     ({'poll_interval': 0}, 'poll_interval must be a positive'),
     ({'timeout': -5}, 'timeout must be a positive'),
+    ({'min_tokens_per_s': -1}, 'min_tokens_per_s must be 0'),
+    ({'min_tokens_per_s': 20, 'speed_tokens': 1}, 'speed_tokens at least 2'),
 ])
 def test_action_rejects_settings(monkeypatch, args, match):
     result, sent, _shown, _time = run_action(monkeypatch, [probe_result()], **args)
