@@ -3,11 +3,13 @@
 Real Ray 2.60 in one serving container per node and vLLM's own engine (its CPU build, 0.32) across the four ranks, the
 API server on the head (lab/serving/README.md).
 Checks: the first deploy serves (status table healthy, smoke answer); a second deploy changes nothing and restarts
-nothing; a changed vLLM option restarts vLLM only; a changed NCCL transport recreates the Ray containers; a load that
-hangs at shard k trips the stall watchdog naming k/n; a flag vLLM rejects fails fast with vLLM's own message, and
-status.yml then names the error and the paused supervisor (with dgxspark_release_rollback false); a release below the
-speed gate (vllm_container_min_tokens_per_s) is replaced by the last proven one, which serves again; rollback.yml puts the previous release back and a second run has
-nothing to do; an image missing on one node fails before any container is changed.
+nothing; a changed vLLM option and model restart vLLM only, after the new model reached every node while the old
+release answered; a changed NCCL transport recreates the Ray containers; a load that hangs at shard k trips the stall
+watchdog naming k/n; a flag vLLM rejects fails fast with vLLM's own message, and status.yml then names the error and
+the paused supervisor (with dgxspark_release_rollback false); a release below the speed gate
+(vllm_container_min_tokens_per_s) is replaced by the last proven one, which serves again; rollback.yml puts the
+previous release back and a second run has nothing to do; an image missing on one node fails before any container is
+changed.
 
 The tests run in file order and each needs only what the one before leaves: a test that changes or stops vLLM does
 not restart it again, because the next one's own deploy does (a start of the engine is the expensive step); the last
@@ -18,16 +20,23 @@ test stops the cluster and deploys it whole, so the module leaves the users' def
 
 import json
 import re
+import time
 
 import pytest
 
 from ansible_lab import four_serving_nodes, recap, run_playbook
+from prober import Prober
 
 pytestmark = pytest.mark.lab
 
 PLAYBOOK = "deploy-397b.yml"
 RAY = "dgxspark-ray"
 VLLM = "dgxspark-vllm"
+SERVED_NAME = "Qwen/Qwen3.5-397B-A17B-FP8"
+MODEL = "/var/lib/dgxspark-lab/models/qwen3-moe-tiny"
+SECOND_MODEL = MODEL + "-second"
+DISTRIBUTE_PLAY = "Bring the serving image and the model to every node that lacks them, verified"
+VLLM_PLAY = "Serve the model with vLLM on the head"
 
 
 def containers(lab):
@@ -86,17 +95,37 @@ def test_check_diff_on_the_converged_cluster_changes_nothing(lab, deployed):
     assert containers(lab) == deployed["containers"]
 
 
-def test_changed_vllm_option_restarts_vllm_only(lab, deployed):
+def test_an_option_and_a_model_change_restart_vllm_only_after_the_old_release_served_the_whole_distribution(lab, deployed):
+    # A second model directory, on the head only (as a new download would be): the deploy distributes it to the workers
+    # while the old release answers, then restarts the engine alone on it with the new option.
+    head = lab.host("spark-alpha")
+    head.check_output("rm -rf %s && cp -a %s %s" % (SECOND_MODEL, MODEL, SECOND_MODEL))
     before = containers(lab)
-    # With the speed gate on (a floor any serving engine passes): the new release prints its figure.
-    rc, out = deploy(lab, "--tags", "vllm", *extra_vars(vllm_container_extra_args={"max_num_seqs": 64},
-                                                       vllm_container_min_tokens_per_s=0.5))
-    assert rc == 0, out[-4000:]
+    prober = Prober.of_lab(lab, SERVED_NAME)
+    prober.start()
+    prober.wait_answer(0, timeout=60)
+    plays = {}
+    try:
+        # With the speed gate on (a floor any serving engine passes): the new release prints its figure.
+        rc, out = run_playbook(lab, PLAYBOOK, *extra_vars(dgxspark_model=SECOND_MODEL, vllm_container_extra_args={"max_num_seqs": 64},
+                                                          vllm_container_min_tokens_per_s=0.5),
+                               on_line=lambda line: line.startswith("PLAY [") and plays.setdefault(line[6:line.index("]")], time.time()))
+        assert rc == 0, out[-4000:]
+        prober.wait_answer(time.time(), timeout=60)
+    finally:
+        prober.stopped.set()
+    silence = prober.longest_silence_within(plays[DISTRIBUTE_PLAY], plays[VLLM_PLAY])
+    print("\nMODEL CHANGE distribute phase %.1f s, longest silence meanwhile %.1f s; downtime %.1f s" % (
+        plays[VLLM_PLAY] - plays[DISTRIBUTE_PLAY], silence, prober.downtime(plays[VLLM_PLAY], time.time())))
+    assert silence < 5, "the old release stopped answering while the model was distributed"
     assert re.search(r"Speed gate: [0-9.]+ tok/s in one stream, at least 0.5 asked", out), out[-3000:]
+    for node in lab.nodes[1:]:
+        assert lab.host(node).run("test -s %s/config.json" % SECOND_MODEL).rc == 0, node
     after = containers(lab)
     assert after["spark-alpha"][VLLM] != before["spark-alpha"][VLLM]
     assert dict((n, c[RAY]) for n, c in after.items()) == dict((n, c[RAY]) for n, c in before.items())
-    assert "--max-num-seqs" in lab.host("spark-alpha").check_output("docker inspect --format '{{json .Args}}' %s" % VLLM)
+    args = head.check_output("docker inspect --format '{{json .Args}}' %s" % VLLM)
+    assert "--max-num-seqs" in args and SECOND_MODEL in args
     # Left as it is: the next test puts the release before it back.
 
 
@@ -115,10 +144,11 @@ def test_rollback_puts_the_previous_release_back_and_a_second_run_does_nothing(l
     rc, out = run_playbook(lab, "rollback.yml")
     assert rc == 0, out[-4000:]
     after = containers(lab)
-    # The option change is undone by restarting the engine only, the Ray containers keep running as they were.
+    # The option and model change is undone by restarting the engine only, the Ray containers keep running as they were.
     assert dict((n, c[RAY]) for n, c in after.items()) == dict((n, c[RAY]) for n, c in before.items())
     assert after["spark-alpha"][VLLM] != before["spark-alpha"][VLLM]
-    assert "--max-num-seqs" not in lab.host("spark-alpha").check_output("docker inspect --format '{{json .Args}}' %s" % VLLM)
+    args = lab.host("spark-alpha").check_output("docker inspect --format '{{json .Args}}' %s" % VLLM)
+    assert "--max-num-seqs" not in args and SECOND_MODEL not in args and MODEL in args
     rc, out = run_playbook(lab, "rollback.yml")
     assert rc == 0 and all(c["changed"] == 0 for c in recap(out).values()), recap(out)
     assert "release %s serves already: rollback.yml put it back in place of %s" % (previous, current) in out

@@ -77,9 +77,9 @@ def node_command(config, node, words):
     if config.get("state_dir"):
         reuse = ["-o", "ControlMaster=auto", "-o", "ControlPath=%s/ssh-%%C" % config["state_dir"], "-o", "ControlPersist=300",
                  "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3"]
-    return ["ssh", "-F", "/dev/null", "-i", ssh["key"], "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", "-o", "StrictHostKeyChecking=yes",
-            "-o", "UserKnownHostsFile=" + ssh["known_hosts"], "-o", "ConnectTimeout=%d" % ssh.get("connect_timeout_s", 5)] + reuse + [
-            "-p", str(target.get("port", 22)), "root@" + target["address"], " ".join(words)]
+    options = ["-F", "/dev/null", "-i", ssh["key"], "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", "-o", "StrictHostKeyChecking=yes",
+               "-o", "UserKnownHostsFile=" + ssh["known_hosts"], "-o", "ConnectTimeout=%d" % ssh.get("connect_timeout_s", 5)]
+    return ["ssh"] + options + reuse + ["-p", str(target.get("port", 22)), "root@" + target["address"], " ".join(words)]
 
 
 def node_call(config, node, words, timeout):

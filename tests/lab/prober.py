@@ -1,0 +1,67 @@
+"""A client of the served lab cluster: one chat completion (1 token, with the API key) every 0.5 s to the head's API,
+the time of every answer kept. What a release change costs a client is read from those times (tests/lab and bench/)."""
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+
+INTERVAL = 0.5
+
+
+class Prober(threading.Thread):
+    """Asks the engine for one token every INTERVAL seconds; keeps the time of every answer."""
+
+    def __init__(self, url, key, model):
+        super().__init__(daemon=True)
+        self.url, self.key, self.model = url, key, model
+        self.answers = []
+        self.stopped = threading.Event()
+
+    @classmethod
+    def of_lab(cls, lab, model):
+        """A prober of the lab's head API over the management network, with the key the deploy generated."""
+        with open("%s/secrets/vllm_api_key" % lab.state_dir, encoding="utf-8") as handle:
+            key = handle.read().strip()
+        return cls("http://%s:8000/v1/chat/completions" % lab.mgmt_ip[lab.nodes[0]], key, model)
+
+    def ask(self):
+        body = json.dumps({"model": self.model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}).encode()
+        request = urllib.request.Request(self.url, data=body, method="POST", headers={
+            "Authorization": "Bearer " + self.key, "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=5) as response:
+                return response.status == 200 and json.load(response).get("choices")
+        except (urllib.error.URLError, OSError, ValueError):
+            return False
+
+    def run(self):
+        while not self.stopped.is_set():
+            started = time.time()
+            if self.ask():
+                self.answers.append(time.time())
+            self.stopped.wait(max(0.0, INTERVAL - (time.time() - started)))
+
+    def downtime(self, start, end):
+        """The longest window without an answer that overlaps [start, end] (the first answer after end closes it)."""
+        times = [t for t in self.answers if t < start][-1:] + [t for t in self.answers if start <= t <= end]
+        times += [t for t in self.answers if t > end][:1]
+        if len(times) < 2:
+            return float("nan")
+        return max(b - a for a, b in zip(times, times[1:]))
+
+    def longest_silence_within(self, start, end):
+        """The longest time inside [start, end] without an answer (its edges count: no answer at all is end - start)."""
+        times = [start] + [t for t in self.answers if start <= t <= end] + [end]
+        return max(b - a for a, b in zip(times, times[1:]))
+
+    def wait_answer(self, after, timeout=900):
+        """The time of the first answer after `after`; AssertionError when none comes within timeout."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            later = [t for t in self.answers if t > after]
+            if later:
+                return later[0]
+            time.sleep(0.1)
+        raise AssertionError("no answer within %d s" % timeout)
