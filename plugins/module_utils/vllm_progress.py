@@ -646,8 +646,8 @@ def vllm_ready_argument_spec():
         poll_interval=dict(type='float', default=5.0),
         progress_interval=dict(type='float', default=float(DEFAULT_PROGRESS_INTERVAL)),
         http_timeout=dict(type='float', default=30.0),
-        min_tokens_per_s=dict(type='float', default=0.0),
-        speed_tokens=dict(type='int', default=64),
+        min_tokens_per_s=dict(type='float', default=0.0, no_log=False),
+        speed_tokens=dict(type='int', default=64, no_log=False),
         node=dict(type='str'),
         docker_path=dict(type='path'),
     )
