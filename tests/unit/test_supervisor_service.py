@@ -188,7 +188,8 @@ def group(tmp_path, engine_url, key_file):
         "alpha/ray": dict(running), "beta/ray": dict(running), "alpha/vllm": dict(running)}}))
     state_dir = tmp_path / "state"
     state_dir.mkdir()
-    config = {"interval_s": 30, "deadline_s": 0.2, "failures_to_restart": 2, "grace_s": 60, "stall_s": 900,
+    # The deadline leaves room for a loaded machine (make test runs this beside two labs); "hang" answers after 2 s.
+    config = {"interval_s": 30, "deadline_s": 1.0, "failures_to_restart": 2, "grace_s": 60, "stall_s": 900,
               "budget_restarts": 2, "budget_window_s": 3600, "memory_wait_s": 600,
               "memory_needed_kib": {"alpha": 100 * 1024 * 1024, "beta": 100 * 1024 * 1024},
               "group": [{"node": "alpha", "container": "ray"}, {"node": "beta", "container": "ray"},
