@@ -65,3 +65,26 @@ class Prober(threading.Thread):
                 return later[0]
             time.sleep(0.1)
         raise AssertionError("no answer within %d s" % timeout)
+
+
+# A model change on the lab: a second model directory, made on the head only (as a new download would be), so that the
+# deploy's distribute phase has it to bring to every worker while the old release serves.
+MODEL = "/var/lib/dgxspark-lab/models/qwen3-moe-tiny"
+SECOND_MODEL = MODEL + "-second"
+DISTRIBUTE_PLAY = "Bring the serving image and the model to every node that lacks them, verified"
+VLLM_PLAY = "Serve the model with vLLM on the head"
+
+
+def stage_second_model(lab):
+    """SECOND_MODEL on the head only (removed from the workers)."""
+    lab.host(lab.nodes[0]).check_output("rm -rf %s && cp -a %s %s" % (SECOND_MODEL, MODEL, SECOND_MODEL))
+    for node in lab.nodes[1:]:
+        lab.host(node).check_output("rm -rf %s" % SECOND_MODEL)
+
+
+class PlayStarts(dict):
+    """{play name: when its first line came}, filled by passing it as run_playbook's on_line."""
+
+    def __call__(self, line):
+        if line.startswith("PLAY ["):
+            self.setdefault(line[6:line.index("]")], time.time())

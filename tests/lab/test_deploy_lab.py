@@ -25,7 +25,7 @@ import time
 import pytest
 
 from ansible_lab import four_serving_nodes, recap, run_playbook
-from prober import Prober
+from prober import DISTRIBUTE_PLAY, MODEL, SECOND_MODEL, VLLM_PLAY, PlayStarts, Prober, stage_second_model
 
 pytestmark = pytest.mark.lab
 
@@ -33,10 +33,6 @@ PLAYBOOK = "deploy-397b.yml"
 RAY = "dgxspark-ray"
 VLLM = "dgxspark-vllm"
 SERVED_NAME = "Qwen/Qwen3.5-397B-A17B-FP8"
-MODEL = "/var/lib/dgxspark-lab/models/qwen3-moe-tiny"
-SECOND_MODEL = MODEL + "-second"
-DISTRIBUTE_PLAY = "Bring the serving image and the model to every node that lacks them, verified"
-VLLM_PLAY = "Serve the model with vLLM on the head"
 
 
 def containers(lab):
@@ -99,17 +95,17 @@ def test_an_option_and_a_model_change_restart_vllm_only_after_the_old_release_se
     # A second model directory, on the head only (as a new download would be): the deploy distributes it to the workers
     # while the old release answers, then restarts the engine alone on it with the new option.
     head = lab.host("spark-alpha")
-    head.check_output("rm -rf %s && cp -a %s %s" % (SECOND_MODEL, MODEL, SECOND_MODEL))
+    stage_second_model(lab)
     before = containers(lab)
     prober = Prober.of_lab(lab, SERVED_NAME)
     prober.start()
     prober.wait_answer(0, timeout=60)
-    plays = {}
+    plays = PlayStarts()
     try:
         # With the speed gate on (a floor any serving engine passes): the new release prints its figure.
         rc, out = run_playbook(lab, PLAYBOOK, *extra_vars(dgxspark_model=SECOND_MODEL, vllm_container_extra_args={"max_num_seqs": 64},
                                                           vllm_container_min_tokens_per_s=0.5),
-                               on_line=lambda line: line.startswith("PLAY [") and plays.setdefault(line[6:line.index("]")], time.time()))
+                               on_line=plays)
         assert rc == 0, out[-4000:]
         prober.wait_answer(time.time(), timeout=60)
     finally:
