@@ -115,6 +115,9 @@ def test_an_option_and_a_model_change_restart_vllm_only_after_the_old_release_se
         plays[VLLM_PLAY] - plays[DISTRIBUTE_PLAY], silence, prober.downtime(plays[VLLM_PLAY], time.time())))
     assert silence < 5, "the old release stopped answering while the model was distributed"
     assert re.search(r"Speed gate: [0-9.]+ tok/s in one stream, at least 0.5 asked", out), out[-3000:]
+    # Which model and which engine options serve are the vllm phase's inputs alone.
+    for phase in ("ray", "supervisor", "monitoring"):
+        assert "Phase %s skipped on every node" % phase in out, phase
     for node in lab.nodes[1:]:
         assert lab.host(node).run("test -s %s/config.json" % SECOND_MODEL).rc == 0, node
     after = containers(lab)

@@ -136,3 +136,67 @@ def test_the_check_follows_a_role_into_its_plugins_and_their_module_utils():
     found = [os.path.relpath(p, REPO) for p in _plugins_called(os.path.join(REPO, 'roles', 'cx7_netplan'))]
     assert 'plugins/filter/cx7_netplan_config.py' in found and 'plugins/module_utils/netplan.py' in found, found
     assert 'plugins/action/cluster_plan.py' not in found
+
+
+# Narrower than model-free: phases whose roles read the model's profile (patches, name, memory) but not which model
+# directory serves (dgxspark_phase_unread), and phases that read a few named variables of other roles rather than all of
+# theirs (dgxspark_phase_reads). A role that starts reading one of them must make the check below fail.
+def _phases():
+    with open(os.path.join(REPO, 'playbooks', 'deploy.yml'), encoding='utf-8') as handle:
+        return dict((p['vars']['dgxspark_phase'], p['vars']) for p in yaml.safe_load(handle)
+                    if 'dgxspark_phase' in (p.get('vars') or {}))
+
+
+def _role_variables():
+    """Every role's variables (its argument_specs), by role."""
+    found = {}
+    for role in sorted(os.listdir(os.path.join(REPO, 'roles'))):
+        with open(os.path.join(REPO, 'roles', role, 'meta', 'argument_specs.yml'), encoding='utf-8') as handle:
+            found[role] = set(yaml.safe_load(handle)['argument_specs']['main']['options'])
+    return found
+
+
+def _read_in(role_dir, names, plugins=True):
+    """The names among `names` that a role's code (not its documentation: README, argument_specs, comment lines) or, with
+    plugins, the plugins it calls mention (an action plugin can read any variable; a message may name one too)."""
+    pattern = re.compile(r'\b(%s)\b' % '|'.join(sorted(names, key=len, reverse=True)))
+    found = set()
+    for path in list(_files([role_dir])) + (_plugins_called(role_dir) if plugins else []):
+        if path.endswith(os.path.join('meta', 'argument_specs.yml')):
+            continue
+        with open(path, encoding='utf-8') as handle:
+            code = '\n'.join(line for line in handle if not line.lstrip().startswith('#'))
+        found.update(pattern.findall(code))
+    return found
+
+
+PHASES = _phases()
+
+
+def test_the_phases_that_name_what_they_read_and_leave_out():
+    assert dict((name, sorted(v.get('dgxspark_phase_unread', []))) for name, v in PHASES.items()
+                if 'dgxspark_phase_unread' in v) == {'ray': ['dgxspark_model'], 'supervisor': ['dgxspark_model'],
+                                                      'monitoring': ['dgxspark_model']}
+    assert sorted(n for n, v in PHASES.items() if 'dgxspark_phase_reads' in v) == ['firewall', 'monitoring', 'supervisor']
+
+
+@pytest.mark.parametrize('phase', sorted(PHASES))
+def test_a_phase_takes_every_variable_of_another_role_its_roles_read(phase):
+    settings = PHASES[phase]
+    taken = set(settings.get('dgxspark_phase_inputs_from', settings['dgxspark_phase_roles']))
+    others = set().union(*(names for role, names in _role_variables().items() if role not in taken))
+    read = set()
+    for role in settings['dgxspark_phase_roles']:
+        read |= _read_in(os.path.join(REPO, 'roles', role), others, plugins=False)
+    assert sorted(read - set(settings.get('dgxspark_phase_reads', []))) == [], (
+        'deploy.yml: name them in the phase\'s dgxspark_phase_reads (or its dgxspark_phase_inputs_from)')
+    # and it lists nothing it does not read (a stale entry would run it for nothing)
+    assert sorted(set(settings.get('dgxspark_phase_reads', [])) - read) == []
+
+
+@pytest.mark.parametrize('phase', sorted(n for n, v in PHASES.items() if v.get('dgxspark_phase_unread')))
+def test_a_phase_reads_none_of_the_variables_it_leaves_out(phase):
+    settings = PHASES[phase]
+    unread = set(settings['dgxspark_phase_unread'])
+    for role in settings['dgxspark_phase_roles']:
+        assert _read_in(os.path.join(REPO, 'roles', role), unread) == set(), (phase, role)
