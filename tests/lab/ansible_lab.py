@@ -2,6 +2,7 @@
 
 import os
 import re
+import signal
 import subprocess
 import time
 
@@ -15,18 +16,24 @@ def inventory(lab):
     return live if os.path.isdir(live) else os.path.join(REPO, "inventories", "lab")
 
 
-def run_playbook(lab, playbook, *extra, on_line=None, timeout=900):
-    """Run playbooks/<playbook> on every lab node; returns (rc, output). on_line(line) sees each output line."""
+def run_playbook(lab, playbook, *extra, on_line=None, timeout=900, kill_when=None):
+    """Run playbooks/<playbook> on every lab node; returns (rc, output). on_line(line) sees each output line; when
+    kill_when(line) is true, the run is killed at once with its workers (SIGKILL: a controller that dies mid-way)."""
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0",
                PATH=os.path.join(REPO, ".venv", "bin") + os.pathsep + os.environ.get("PATH", ""))
     cmd = [ANSIBLE_PLAYBOOK, os.path.join(REPO, "playbooks", playbook), "-i", inventory(lab)] + list(extra)
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    # A run that may be killed gets its own process group, so that its forked workers die with it.
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+                            start_new_session=kill_when is not None)
     lines = []
     deadline = time.time() + timeout
     for line in proc.stdout:
         lines.append(line)
         if on_line is not None:
             on_line(line)
+        if kill_when is not None and kill_when(line):
+            os.killpg(proc.pid, signal.SIGKILL)
+            break
         if time.time() > deadline:
             proc.kill()
             break

@@ -4,7 +4,7 @@ Real Ray 2.60 in one serving container per node and vLLM's own engine (its CPU b
 API server on the head (lab/serving/README.md).
 Checks: the first deploy serves (status table healthy, smoke answer); a second deploy changes nothing and restarts
 nothing; a changed vLLM option and model restart vLLM only, after the new model reached every node while the old
-release answered; a changed NCCL transport recreates the Ray containers; a load that hangs at shard k trips the stall
+release answered, and a run killed mid-switch is finished by the next one; a changed NCCL transport recreates the Ray containers; a load that hangs at shard k trips the stall
 watchdog naming k/n; a flag vLLM rejects fails fast with vLLM's own message, and status.yml then names the error and
 the paused supervisor (with dgxspark_release_rollback false); a release below the speed gate
 (vllm_container_min_tokens_per_s) is replaced by the last proven one, which serves again; rollback.yml puts the
@@ -91,7 +91,7 @@ def test_check_diff_on_the_converged_cluster_changes_nothing(lab, deployed):
     assert containers(lab) == deployed["containers"]
 
 
-def test_an_option_and_a_model_change_restart_vllm_only_after_the_old_release_served_the_whole_distribution(lab, deployed):
+def test_a_model_and_option_change_served_through_the_distribution_interrupted_mid_switch_then_finished(lab, deployed):
     # A second model directory, on the head only (as a new download would be): the deploy distributes it to the workers
     # while the old release answers, then restarts the engine alone on it with the new option.
     head = lab.host("spark-alpha")
@@ -101,11 +101,15 @@ def test_an_option_and_a_model_change_restart_vllm_only_after_the_old_release_se
     prober.start()
     prober.wait_answer(0, timeout=60)
     plays = PlayStarts()
+    change = extra_vars(dgxspark_model=SECOND_MODEL, vllm_container_extra_args={"max_num_seqs": 64}, vllm_container_min_tokens_per_s=0.5)
     try:
+        # The controller dies mid-switch (killed while it waits for the new engine): the next deploy finishes the switch.
+        rc, out = run_playbook(lab, PLAYBOOK, *change,
+                               on_line=plays, kill_when=lambda line: "TASK [dgxspark.cluster.vllm_container : Wait for vLLM to load" in line)
+        assert rc == -9 and VLLM_PLAY in plays, out[-4000:]
+        interrupted = containers(lab)
         # With the speed gate on (a floor any serving engine passes): the new release prints its figure.
-        rc, out = run_playbook(lab, PLAYBOOK, *extra_vars(dgxspark_model=SECOND_MODEL, vllm_container_extra_args={"max_num_seqs": 64},
-                                                          vllm_container_min_tokens_per_s=0.5),
-                               on_line=plays)
+        rc, out = run_playbook(lab, PLAYBOOK, *change)
         assert rc == 0, out[-4000:]
         prober.wait_answer(time.time(), timeout=60)
     finally:
@@ -122,9 +126,14 @@ def test_an_option_and_a_model_change_restart_vllm_only_after_the_old_release_se
         assert lab.host(node).run("test -s %s/config.json" % SECOND_MODEL).rc == 0, node
     after = containers(lab)
     assert after["spark-alpha"][VLLM] != before["spark-alpha"][VLLM]
+    # The killed run had replaced the engine already: the next one waited for it, restarting nothing.
+    assert after == interrupted
     assert dict((n, c[RAY]) for n, c in after.items()) == dict((n, c[RAY]) for n, c in before.items())
     args = head.check_output("docker inspect --format '{{json .Args}}' %s" % VLLM)
     assert "--max-num-seqs" in args and SECOND_MODEL in args
+    rc, out = run_playbook(lab, "status.yml")
+    assert rc == 0 and "healthy" in out and "the containers running now are not this release" not in release_line(out), out[-3000:]
+    assert "The supervisor is paused" not in out
     # Left as it is: the next test puts the release before it back.
 
 
