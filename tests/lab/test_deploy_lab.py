@@ -4,8 +4,8 @@ Real Ray 2.60 in one serving container per node and vLLM's own engine (its CPU b
 API server on the head (lab/serving/README.md).
 Checks: the first deploy serves (status table healthy, smoke answer); a second deploy changes nothing and restarts
 nothing; a changed vLLM option and model restart vLLM only, after the new model reached every node while the old
-release answered, and a run killed mid-switch is finished by the next one; a changed NCCL transport recreates the Ray containers; a load that hangs at shard k trips the stall
-watchdog naming k/n; a flag vLLM rejects fails fast with vLLM's own message, and status.yml then names the error and
+release answered, and a run killed mid-switch is finished by the next one; a changed NCCL transport recreates the Ray
+containers; a load that hangs at shard k trips the stall watchdog naming k/n; a flag vLLM rejects fails fast with vLLM's own message, and status.yml then names the error and
 the paused supervisor (with dgxspark_release_rollback false); a release below the speed gate
 (vllm_container_min_tokens_per_s) is replaced by the last proven one, which serves again; rollback.yml puts the
 previous release back and a second run has nothing to do; an image missing on one node fails before any container is
