@@ -72,14 +72,16 @@ class Prober(threading.Thread):
 MODEL = "/var/lib/dgxspark-lab/models/qwen3-moe-tiny"
 SECOND_MODEL = MODEL + "-second"
 DISTRIBUTE_PLAY = "Bring the serving image and the model to every node that lacks them, verified"
+RAY_PLAY = "Run Ray across the nodes"
 VLLM_PLAY = "Serve the model with vLLM on the head"
 
 
 def stage_second_model(lab):
-    """SECOND_MODEL on the head only (removed from the workers)."""
+    """SECOND_MODEL on the head only (removed from the workers). Returns its path."""
     lab.host(lab.nodes[0]).check_output("rm -rf %s && cp -a %s %s" % (SECOND_MODEL, MODEL, SECOND_MODEL))
     for node in lab.nodes[1:]:
         lab.host(node).check_output("rm -rf %s" % SECOND_MODEL)
+    return SECOND_MODEL
 
 
 class PlayStarts(dict):
@@ -88,3 +90,17 @@ class PlayStarts(dict):
     def __call__(self, line):
         if line.startswith("PLAY ["):
             self.setdefault(line[6:line.index("]")], time.time())
+
+
+def stage_second_image(lab):
+    """A second serving image, on the head only: the lab's image with one label more (another image ID, as a new
+    release of the image would be), for a deploy to distribute and switch to. Returns its name."""
+    image = lab.state()["serving_image"]
+    second = image.rsplit(":", 1)[0] + ":second"
+    lab.host(lab.nodes[0]).check_output(
+        "docker image inspect {second} >/dev/null 2>&1 || {{ docker create --name dgxspark-lab-second {image} true >/dev/null"
+        " && docker commit --change 'LABEL dgxspark.lab.release=second' dgxspark-lab-second {second} >/dev/null"
+        " && docker rm dgxspark-lab-second >/dev/null; }}".format(image=image, second=second))
+    for node in lab.nodes[1:]:
+        lab.host(node).check_output("docker image rm --force %s >/dev/null 2>&1 || true" % second)
+    return second

@@ -4,12 +4,13 @@ Real Ray 2.60 in one serving container per node and vLLM's own engine (its CPU b
 API server on the head (lab/serving/README.md).
 Checks: the first deploy serves (status table healthy, smoke answer); a second deploy changes nothing and restarts
 nothing; a changed vLLM option and model restart vLLM only, after the new model reached every node while the old
-release answered, and a run killed mid-switch is finished by the next one; a changed NCCL transport recreates the Ray
-containers; a load that hangs at shard k trips the stall watchdog naming k/n; a flag vLLM rejects fails fast with vLLM's own message, and status.yml then names the error and
-the paused supervisor (with dgxspark_release_rollback false); a release below the speed gate
-(vllm_container_min_tokens_per_s) is replaced by the last proven one, which serves again; rollback.yml puts the
-previous release back and a second run has nothing to do; an image missing on one node fails before any container is
-changed.
+release answered, and a run killed mid-switch is finished by the next one; rollback.yml puts the previous release back
+and a second run has nothing to do; a new image (and NCCL transport) is distributed while the old release answers, then
+recreates every serving container; an image missing on one node fails before any container is changed; a load that
+hangs at shard k trips the stall watchdog naming k/n; a flag vLLM rejects fails fast with vLLM's own message, and
+status.yml then names the error and the paused supervisor (with dgxspark_release_rollback false); a release below the
+speed gate (vllm_container_min_tokens_per_s) is replaced by the last proven one, which serves again, and so is a model
+whose files are corrupt on one node; stop.yml, then a deploy serves again.
 
 The tests run in file order and each needs only what the one before leaves: a test that changes or stops vLLM does
 not restart it again, because the next one's own deploy does (a start of the engine is the expensive step); the last
@@ -25,7 +26,8 @@ import time
 import pytest
 
 from ansible_lab import four_serving_nodes, recap, run_playbook
-from prober import DISTRIBUTE_PLAY, MODEL, SECOND_MODEL, VLLM_PLAY, PlayStarts, Prober, stage_second_model
+from prober import (DISTRIBUTE_PLAY, MODEL, RAY_PLAY, SECOND_MODEL, VLLM_PLAY, PlayStarts, Prober, stage_second_image,
+                    stage_second_model)
 
 pytestmark = pytest.mark.lab
 
@@ -33,6 +35,7 @@ PLAYBOOK = "deploy-397b.yml"
 RAY = "dgxspark-ray"
 VLLM = "dgxspark-vllm"
 SERVED_NAME = "Qwen/Qwen3.5-397B-A17B-FP8"
+CORRUPT_SHARD = "model-00002-of-00004.safetensors"
 
 
 def containers(lab):
@@ -166,18 +169,37 @@ def test_rollback_puts_the_previous_release_back_and_a_second_run_does_nothing(l
     # Left on the release put back (the first deploy's): the next test changes the transport.
 
 
-def test_changed_nccl_transport_recreates_the_ray_containers(lab, deployed):
+def test_an_image_and_transport_change_recreate_every_serving_container_on_the_new_image(lab, deployed):
+    # A new image on the head only (as a new vLLM release would be pulled there): the deploy distributes it to the
+    # workers while the old release serves, then recreates every container that runs it.
+    second = stage_second_image(lab)
+    second_id = lab.host("spark-alpha").check_output("docker image inspect --format '{{.Id}}' %s" % second)
     before = containers(lab)
-    rc, out = deploy(lab, "--tags", "ray,vllm", "-e", "dgxspark_nccl_transport=socket")
-    assert rc == 0, out[-4000:]
+    prober = Prober.of_lab(lab, SERVED_NAME)
+    prober.start()
+    prober.wait_answer(0, timeout=60)
+    plays = PlayStarts()
+    try:
+        rc, out = run_playbook(lab, PLAYBOOK, "--tags", "distribute,ray,vllm",
+                               *extra_vars(dgxspark_serving_image=second, dgxspark_nccl_transport="socket"), on_line=plays)
+        assert rc == 0, out[-4000:]
+        prober.wait_answer(time.time(), timeout=60)
+    finally:
+        prober.stopped.set()
+    silence = prober.longest_silence_within(plays[DISTRIBUTE_PLAY], plays[RAY_PLAY])
+    print("\nIMAGE CHANGE distribute phase %.1f s, longest silence meanwhile %.1f s; downtime %.1f s" % (
+        plays[RAY_PLAY] - plays[DISTRIBUTE_PLAY], silence, prober.downtime(plays[RAY_PLAY], time.time())))
+    assert silence < 5, "the old release stopped answering while the image was distributed"
     after = containers(lab)
     for node in lab.nodes:
         assert after[node][RAY][0] != before[node][RAY][0], node
+        assert lab.host(node).check_output("docker inspect --format '{{.Image}}' %s" % RAY) == second_id, node
         env = lab.host(node).check_output("docker inspect --format '{{json .Config.Env}}' %s" % RAY)
         assert "NCCL_IB_DISABLE=1" in env and "NCCL_IB_HCA=" not in env
     assert after["spark-alpha"][VLLM][1] != before["spark-alpha"][VLLM][1]
-    # Left on the socket transport: the next test's deploy asks for RDMA again, and the last one deploys the whole
-    # cluster as the inventory says.
+    assert lab.host("spark-alpha").check_output("docker inspect --format '{{.Image}}' %s" % VLLM) == second_id
+    # Left on the second image and the socket transport: the next test's deploy asks for the inventory's image and
+    # RDMA again, and the last one deploys the whole cluster as the inventory says.
 
 
 def test_image_missing_on_one_node_fails_before_any_container_changes(lab, deployed):
@@ -247,7 +269,31 @@ def test_a_release_below_the_speed_gate_is_rolled_back_by_itself_and_the_proven_
     assert rc == 0 and "healthy" in out, out[-4000:]
     assert release_line(out).startswith("release: %s deployed " % proven)
     assert "the containers running now are not this release" not in release_line(out)
-    # Left serving the socket transport's release: the last test stops the cluster and deploys it as the inventory says.
+    # Left serving the proven release (the image test's): the next test changes the model.
+
+
+def test_a_model_corrupt_on_one_node_fails_its_release_and_the_proven_one_serves_again(lab, deployed):
+    rc, out = run_playbook(lab, "status.yml")
+    proven = re.search(r"release: ([0-9a-f]{12}) deployed", out).group(1)
+    before = containers(lab)
+    stage_second_model(lab)
+    # spark-delta already holds a copy whose files have the head's sizes and times, but one shard's header is overwritten
+    # (a failing disk): the distribute phase takes it as it is (it hashes a file only where those facts disagree), and
+    # vLLM's load fails on that node's rank.
+    lab.host("spark-delta").check_output(
+        "cp -a {model} {second} && printf CORRUPTCORRUPT!! | dd of={second}/{shard} bs=1 seek=8 conv=notrunc status=none"
+        " && touch -r {model}/{shard} {second}/{shard}".format(model=MODEL, second=SECOND_MODEL, shard=CORRUPT_SHARD))
+    rc, out = deploy(lab, "--tags", "distribute,vllm", *extra_vars(dgxspark_model=SECOND_MODEL))
+    assert rc != 0
+    assert "The new release failed: spark-alpha, phase vllm, " in out, out[-4000:]
+    assert "The last proven release %s (deployed " % proven in out and "was put back on every node and answers again" in out
+    after = containers(lab)
+    assert dict((n, c[RAY]) for n, c in after.items()) == dict((n, c[RAY]) for n, c in before.items())
+    assert SECOND_MODEL not in lab.host("spark-alpha").check_output("docker inspect --format '{{json .Args}}' %s" % VLLM)
+    rc, out = run_playbook(lab, "status.yml")
+    assert rc == 0 and "healthy" in out, out[-4000:]
+    assert release_line(out).startswith("release: %s deployed " % proven)
+    # Left serving the proven release: the last test stops the cluster and deploys it as the inventory says.
 
 
 def test_stop_then_status_fails_and_deploy_serves_again(lab, deployed):
