@@ -188,6 +188,29 @@ def latest_progress(lines):
     return None
 
 
+# A Python exception's own line, after vLLM's log prefix (`(EngineCore pid=1) ERROR 11-27 17:59:02 [core.py:1510] `,
+# error level only) or none: `pkg.SomeError: message`, or Ray's `ray.exceptions.RayTaskError(SomeError): ray::...
+# (pid=596, ip=192.168.100.13, ...)`, which names the worker's node.
+_EXCEPTION_LINE = re.compile(r'^(?:\([^)]*\)\s+)?(?:ERROR \d\d-\d\d \d\d:\d\d:\d\d \[[^\]]*\]\s+)?'
+                             r'((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)(?:\([\w.]+\))?: \S.*)$')
+
+
+def first_exceptions(lines, limit=3):
+    """The first ``limit`` distinct exception lines of a log, in log order, without vLLM's log prefix: where the cause
+    is, when the last lines show only the shutdown that followed it (a rank that failed to load its weights: the
+    engine's cleanup then fails on every other rank's actor). Accepts text lines or ``{ts, line}`` items."""
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        raise VllmProgressError('limit must be a positive integer, got %r' % (limit,))
+    found = []
+    for item in lines or []:
+        match = _EXCEPTION_LINE.match(_text(item).strip())
+        if match and match.group(1) not in found:
+            found.append(match.group(1))
+            if len(found) == limit:
+                break
+    return found
+
+
 def error_lines(lines, limit=15):
     """The lines that explain a failure, in log order, at most ``limit``, the most relevant last.
 
@@ -520,8 +543,11 @@ class ReadinessWatch:
         else:
             advice = ('The Traceback and ERROR lines above name the cause (an unsupported option, quantization or model, a Ray or NCCL '
                       'error); fix it and start the serving role again.')
-        return 'The vLLM container %s on %s %s: %s. Its last error lines:%s\n%s Read the whole log with `docker logs %s` on %s.' % (
-            self.container, self.node, what, facts, self._lines_block(error_lines(list(self.lines))), advice, self.container, self.node)
+        lines = list(self.lines)
+        first = first_exceptions(lines)
+        return 'The vLLM container %s on %s %s: %s.%s Its last error lines:%s\n%s Read the whole log with `docker logs %s` on %s.' % (
+            self.container, self.node, what, facts, (' Its first exceptions:%s\n' % self._lines_block(first)) if first else '',
+            self._lines_block(error_lines(lines)), advice, self.container, self.node)
 
     def _last_progress_text(self):
         if not self.progress:

@@ -20,6 +20,7 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils.vllm_progress imp
     chat_answer,
     container_state,
     error_lines,
+    first_exceptions,
     format_duration,
     latest_progress,
     merge_log_streams,
@@ -255,6 +256,52 @@ def test_error_lines_quote_vllm_s_message_for_a_rejected_option():
     quoted = error_lines(log + restart, limit=10)
     assert any(line.startswith('  Value error, Unknown quantization method: nvfp4.') for line in quoted), quoted
     assert quoted[-4:] == restart
+
+
+CORRUPT_SHARD_LOG = 'vllm_0.32_cpu_corrupt_shard_on_one_rank.log'
+ENGINE_PREFIX = '(EngineCore pid=31898) ERROR 11-27 17:59:02 [core.py:1510] '
+
+
+@pytest.mark.parametrize('lines, limit, expected', [
+    # a traceback's last line, with vLLM's error prefix or bare
+    ([ENGINE_PREFIX + 'Traceback (most recent call last):', ENGINE_PREFIX + '  File "x.py", line 3, in f',
+      ENGINE_PREFIX + 'ValueError: invalid literal'], 3, ['ValueError: invalid literal']),
+    (['RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}'], 3,
+     ['RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}']),
+    # Ray's wrapper names the worker's exception and node; the same line again is one
+    ([ENGINE_PREFIX + 'ray.exceptions.RayTaskError(SafetensorError): ray::RayWorkerProc.initialize_worker() (pid=596, ip=10.0.0.3)',
+      'ray.exceptions.RayTaskError(SafetensorError): ray::RayWorkerProc.initialize_worker() (pid=596, ip=10.0.0.3)'], 3,
+     ['ray.exceptions.RayTaskError(SafetensorError): ray::RayWorkerProc.initialize_worker() (pid=596, ip=10.0.0.3)']),
+    # a worker's own prefix
+    (['(RayWorkerWrapper pid=401, ip=192.168.100.12) torch.OutOfMemoryError: CUDA out of memory.'], 3,
+     ['torch.OutOfMemoryError: CUDA out of memory.']),
+    # not an exception line: a warning that quotes one, an INFO line, a traceback's raise, an error without a class
+    (['(APIServer pid=1) WARNING 11-27 17:58:31 [system_utils.py:255] Found ulimit: `OSError: [Errno 24] Too many open files`',
+      '(APIServer pid=1) INFO 11-27 17:58:31 [x.py:1] KeyError: looked up',
+      ENGINE_PREFIX + '    raise ActorHandleNotFoundError(', 'ERROR 11-23 17:15:04 [core.py:708] EngineCore failed to start.'], 3, []),
+    # the first ones, in log order, at most limit; {ts, line} items too
+    ([{'ts': None, 'line': 'AError: 1'}, 'BError: 2', 'CException: 3'], 2, ['AError: 1', 'BError: 2']),
+    ([], 3, []),
+])
+def test_first_exceptions(lines, limit, expected):
+    assert first_exceptions(lines, limit=limit) == expected
+
+
+def test_the_cause_of_a_rank_that_could_not_load_its_weights_comes_first():
+    # vLLM 0.32 (the lab's CPU build) at TP=4, one node's copy of a shard with a broken header: the last lines show only
+    # the engine's cleanup failing on the other ranks' actors; the first exceptions name the node and the file's fault.
+    with open(FIXTURES / CORRUPT_SHARD_LOG, encoding='utf-8') as handle:
+        log = handle.read().splitlines()
+    first = first_exceptions(log)
+    assert first[0].startswith('ray.exceptions.RayTaskError(SafetensorError): ray::RayWorkerProc.initialize_worker() (pid=596, '
+                               'ip=192.168.100.13')
+    assert first[-1] == ('safetensors._safetensors_rust.SafetensorError: Error while deserializing header: invalid JSON in '
+                         'header: expected value at line 1 column 1')
+    assert not any('SafetensorError' in line for line in error_lines(log))
+    w = watch(Clock())
+    assert w.observe(probe(log, status='exited', exit_code=1)) == 'failed'
+    assert w.message.index('Its first exceptions:') < w.message.index('ip=192.168.100.13') < w.message.index('Its last error lines:')
+    assert 'Error while deserializing header' in w.message and 'ActorHandleNotFoundError' in w.message
 
 
 @pytest.mark.parametrize('limit', [0, -1, 'x', True])
