@@ -84,6 +84,15 @@ def stage_second_model(lab):
     return SECOND_MODEL
 
 
+def report_distribution(prober, plays, kind, switch_play):
+    """Prints how long a change's distribute phase took, the old release's longest silence meanwhile and the downtime
+    from switch_play's start until now; returns the silence."""
+    silence = prober.longest_silence_within(plays[DISTRIBUTE_PLAY], plays[switch_play])
+    print("\n%s CHANGE distribute phase %.1f s, longest silence meanwhile %.1f s; downtime %.1f s" % (
+        kind.upper(), plays[switch_play] - plays[DISTRIBUTE_PLAY], silence, prober.downtime(plays[switch_play], time.time())))
+    return silence
+
+
 class PlayStarts(dict):
     """{play name: when its first line came}, filled by passing it as run_playbook's on_line."""
 

@@ -26,7 +26,7 @@ import time
 import pytest
 
 from ansible_lab import four_serving_nodes, recap, run_playbook
-from prober import (DISTRIBUTE_PLAY, MODEL, RAY_PLAY, SECOND_MODEL, VLLM_PLAY, PlayStarts, Prober, stage_second_image,
+from prober import (MODEL, RAY_PLAY, SECOND_MODEL, VLLM_PLAY, PlayStarts, Prober, report_distribution, stage_second_image,
                     stage_second_model)
 
 pytestmark = pytest.mark.lab
@@ -117,10 +117,7 @@ def test_a_model_and_option_change_served_through_the_distribution_interrupted_m
         prober.wait_answer(time.time(), timeout=60)
     finally:
         prober.stopped.set()
-    silence = prober.longest_silence_within(plays[DISTRIBUTE_PLAY], plays[VLLM_PLAY])
-    print("\nMODEL CHANGE distribute phase %.1f s, longest silence meanwhile %.1f s; downtime %.1f s" % (
-        plays[VLLM_PLAY] - plays[DISTRIBUTE_PLAY], silence, prober.downtime(plays[VLLM_PLAY], time.time())))
-    assert silence < 5, "the old release stopped answering while the model was distributed"
+    assert report_distribution(prober, plays, "model", VLLM_PLAY) < 5, "the old release stopped answering while the model was distributed"
     assert re.search(r"Speed gate: [0-9.]+ tok/s in one stream, at least 0.5 asked", out), out[-3000:]
     # Which model and which engine options serve are the vllm phase's inputs alone.
     for phase in ("ray", "supervisor", "monitoring"):
@@ -186,10 +183,7 @@ def test_an_image_and_transport_change_recreate_every_serving_container_on_the_n
         prober.wait_answer(time.time(), timeout=60)
     finally:
         prober.stopped.set()
-    silence = prober.longest_silence_within(plays[DISTRIBUTE_PLAY], plays[RAY_PLAY])
-    print("\nIMAGE CHANGE distribute phase %.1f s, longest silence meanwhile %.1f s; downtime %.1f s" % (
-        plays[RAY_PLAY] - plays[DISTRIBUTE_PLAY], silence, prober.downtime(plays[RAY_PLAY], time.time())))
-    assert silence < 5, "the old release stopped answering while the image was distributed"
+    assert report_distribution(prober, plays, "image", RAY_PLAY) < 5, "the old release stopped answering while the image was distributed"
     after = containers(lab)
     for node in lab.nodes:
         assert after[node][RAY][0] != before[node][RAY][0], node
