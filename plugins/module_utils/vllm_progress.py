@@ -195,12 +195,16 @@ _EXCEPTION_LINE = re.compile(r'^(?:\([^)]*\)\s+)?(?:ERROR \d\d-\d\d \d\d:\d\d:\d
                              r'((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)(?:\([\w.]+\))?: \S.*)$')
 
 
+def _check_limit(limit):
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        raise VllmProgressError('limit must be a positive integer, got %r' % (limit,))
+
+
 def first_exceptions(lines, limit=3):
     """The first ``limit`` distinct exception lines of a log, in log order, without vLLM's log prefix: where the cause
     is, when the last lines show only the shutdown that followed it (a rank that failed to load its weights: the
     engine's cleanup then fails on every other rank's actor). Accepts text lines or ``{ts, line}`` items."""
-    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-        raise VllmProgressError('limit must be a positive integer, got %r' % (limit,))
+    _check_limit(limit)
     found = []
     for item in lines or []:
         match = _EXCEPTION_LINE.match(_text(item).strip())
@@ -218,8 +222,7 @@ def error_lines(lines, limit=15):
     carry ERROR, Error, Traceback, ``raise ``, Exception, ``exited`` (or error:, Killed, out of memory,
     fatal, pydantic's ``Value error,`` and ``[type=...]`` details), each text once (its last occurrence). Accepts text lines or ``{ts, line}`` items.
     """
-    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-        raise VllmProgressError('limit must be a positive integer, got %r' % (limit,))
+    _check_limit(limit)
     texts = [t for t in (_text(item) for item in lines or []) if t.strip()]
     count = len(texts)
     final = list(range(max(0, count - min(FINAL_LINES, limit)), count))
