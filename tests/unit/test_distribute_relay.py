@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -133,11 +134,36 @@ def load_relay():
 # A stand-in for ssh: called as `ssh ... user@host 'remote command'`; refuses the first `fail` connections the way
 # OpenSSH does when the next node's rail is not up yet, then runs a relay that answers `ready` (or never answers).
 FAKE_SSH = '''
-attempts=$(($(cat "$COUNTER" 2>/dev/null || echo 0) + 1)); echo $attempts > "$COUNTER"; echo "$2" > "$COUNTER.command"
-if [ "$attempts" -le "$FAIL" ]; then echo "ssh: connect to host ${1#*@} port 22: No route to host" >&2; exit 255; fi
+if [ "$1" -le "$FAIL" ]; then echo "ssh: connect to host ${2#*@} port 22: No route to host" >&2; exit 255; fi
 if [ "$ANSWER" = silent ]; then exec sleep 30; fi
 echo ready; exec cat > /dev/null
 '''
+
+
+class VirtualClock:
+    """The relay's time, select and sleep, with time advanced only by its own waits: connect_wait counts attempts
+    and pauses, whatever the machine's load (a starved test machine once took a whole second to start `sh`)."""
+
+    def __init__(self, relay, silent):
+        self.silent = silent
+        self.now, self.commands, self._select, self._popen = 1000.0, [], relay.select.select, relay.subprocess.Popen
+        self.time = types.SimpleNamespace(time=lambda: self.now, sleep=self.sleep)
+        self.select = types.SimpleNamespace(select=self.wait)
+        self.subprocess = types.SimpleNamespace(Popen=self.popen, PIPE=subprocess.PIPE)
+
+    def sleep(self, seconds):
+        self.now += seconds
+
+    def wait(self, readers, writers, errors, timeout):
+        """A refused or ready relay is waited for however long `sh` takes to start; a silent one for the timeout."""
+        answered = self._select(readers, writers, errors, timeout if self.silent else 30)
+        if not answered[0]:
+            self.now += timeout
+        return answered
+
+    def popen(self, command, **kwargs):
+        self.commands.append(command[-1])
+        return self._popen(['sh', '-c', FAKE_SSH, 'ssh', str(len(self.commands))] + command[-2:], **kwargs)
 
 
 @pytest.mark.parametrize('kind, fail, answer, wait, attempts, error', [
@@ -149,13 +175,13 @@ echo ready; exec cat > /dev/null
     ('model-recv', 0, 'silent', 1, 1, 'could not reach 192.168.100.12 for 1 s: no answer'),
 ], ids=['answers-at-once', 'image-rail-late', 'model-rail-late', 'never-reachable', 'connects-but-never-ready'])
 def test_a_node_keeps_trying_the_next_one_until_it_answers_or_the_wait_ends(
-        tmp_path, monkeypatch, kind, fail, answer, wait, attempts, error):
+        monkeypatch, kind, fail, answer, wait, attempts, error):
     relay = load_relay()
-    counter = tmp_path / 'attempts'
-    monkeypatch.setenv('COUNTER', str(counter))
+    clock = VirtualClock(relay, answer == 'silent')
     monkeypatch.setenv('FAIL', str(fail))
     monkeypatch.setenv('ANSWER', answer)
-    monkeypatch.setattr(relay, 'ssh_command', lambda args: ['sh', '-c', FAKE_SSH, 'ssh'])
+    for name in ('time', 'select', 'subprocess'):
+        monkeypatch.setattr(relay, name, getattr(clock, name))
     monkeypatch.setattr(relay, 'RETRY_INTERVAL', 0.05)
     args = argparse.Namespace(
         chain=['192.168.100.12', '192.168.100.13'], connect_wait=wait, user='root', ssh_key='/k', known_hosts='/h',
@@ -163,12 +189,12 @@ def test_a_node_keeps_trying_the_next_one_until_it_answers_or_the_wait_ends(
     proc, why = relay.connect_next(args, kind, ['--progress', '/run/p.json'])
     assert why == error
     if attempts is not None:
-        assert int(counter.read_text()) == attempts
+        assert len(clock.commands) == attempts
     if error:
         assert proc is None
         return
     proc.stdin.close()
     assert proc.wait() == 0
-    command = (tmp_path / 'attempts.command').read_text()
-    assert command.startswith('python3 %s %s --progress /run/p.json --connect-wait %d --chain 192.168.100.13 '
-                              % (os.path.abspath(RELAY), kind, wait))
+    expected = 'python3 %s %s --progress /run/p.json --connect-wait %d --chain 192.168.100.13 ' % (
+        os.path.abspath(RELAY), kind, wait)
+    assert clock.commands[-1].startswith(expected)
