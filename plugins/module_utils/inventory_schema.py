@@ -76,8 +76,9 @@ CLUSTER_VARIABLES = (
      'description': 'When the new release of a deploy fails (its ray or vllm phase), put the last proven release back by '
                     'itself, then fail naming the cause; false leaves the failed release in place to be looked at.'},
     {'name': 'dgxspark_release_keep', 'type': 'int', 'default': 3, 'min': 2,
-     'description': 'How many proven releases each node keeps, with their images, the current one included '
-                    '(playbooks/rollback.yml puts back the one before the current).'},
+     'description': 'How many proven releases each node keeps, with their images and model copies, the current one '
+                    'included (playbooks/rollback.yml puts back the one before the current); a model copy the '
+                    'distribution made that no kept release serves is removed (never the head\'s source).'},
 )
 
 HOST_VARIABLES = (

@@ -19,6 +19,8 @@ import os
 
 MANIFEST_NAME = '.dgxspark-manifest.json'
 PARTIAL_DIR = '.dgxspark-partial'  # where the relay writes a file while it arrives, before its sha256 is checked
+#: In a model directory the distribution created: a release that no longer keeps it may remove it (never a user's own).
+COPY_MARK = '.dgxspark-copy'
 FORMAT = 1
 HASH_BLOCK = 8 * 1024 * 1024
 
@@ -29,7 +31,7 @@ class ManifestError(Exception):
 
 def _is_ours(rel):
     top = rel.split('/', 1)[0]
-    return top in (MANIFEST_NAME, PARTIAL_DIR)
+    return top in (MANIFEST_NAME, PARTIAL_DIR, COPY_MARK)
 
 
 def file_sha256(path):

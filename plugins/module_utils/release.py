@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 
 #: The spec's keys, in docker_container's vocabulary; the digest covers all of them.
 SPEC_KEYS = ('name', 'image', 'entrypoint', 'command', 'env', 'volumes', 'network_mode', 'ipc_mode', 'pid_mode', 'init',
@@ -139,9 +140,12 @@ def engine(specs):
     return None
 
 
-def make_release(rid, specs, now):
-    return {'id': rid, 'deployed_at': now, 'node_digest': node_digest(specs), 'summary': summary(specs),
-            'engine': engine(specs), 'containers': restore_order(specs)}
+def make_release(rid, specs, now, model_dir=None):
+    release = {'id': rid, 'deployed_at': now, 'node_digest': node_digest(specs), 'summary': summary(specs),
+               'engine': engine(specs), 'containers': restore_order(specs)}
+    if model_dir:
+        release['model_dir'] = model_dir
+    return release
 
 
 def validate_history(data, path):
@@ -156,16 +160,17 @@ def validate_history(data, path):
     return {'releases': data['releases'], 'rolled_back': data.get('rolled_back')}
 
 
-def record(history, rid, specs, now, keep):
-    """The history after the release `rid` proved itself on this node: it becomes the newest (keeping its first
-    deployed_at when it is already the newest), the rest follow, `keep` in all. Returns (history, dropped releases)."""
+def record(history, rid, specs, now, keep, model_dir=None):
+    """The history after the release `rid` (serving the model in model_dir) proved itself on this node: it becomes the
+    newest (keeping its first deployed_at when it is already the newest), the rest follow, `keep` in all. Returns
+    (history, dropped releases)."""
     if keep < 2:
         raise ReleaseError('keep must be at least 2 (the current release and the previous one), not %s' % keep)
     releases = history['releases']
     digest = node_digest(specs)
     if releases and releases[0]['id'] == rid and releases[0]['node_digest'] == digest:
         return history, []
-    new = make_release(rid, specs, now)
+    new = make_release(rid, specs, now, model_dir)
     rest = [r for r in releases if r['id'] != rid]
     kept = [new] + rest[:keep - 1]
     dropped = rest[keep - 1:]
@@ -186,7 +191,31 @@ def rollback_target(history):
 def after_rollback(history, now):
     """The history once the release before the newest serves again: the newest is dropped and named as rolled back."""
     releases = history['releases']
-    return {'releases': releases[1:], 'rolled_back': {'id': releases[0]['id'], 'at': now}}
+    rolled_back = {'id': releases[0]['id'], 'at': now}
+    if releases[0].get('model_dir'):
+        rolled_back['model_dir'] = releases[0]['model_dir']
+    return {'releases': releases[1:], 'rolled_back': rolled_back}
+
+
+def model_dirs_to_prune(before, after, dropped):
+    """The model directories that the releases leaving the history (dropped for age, or the one a rollback replaced)
+    served and no kept release serves, nor one inside or around them: what the node may remove where the distribution
+    made the copy. None while a kept release does not say its model (recorded before releases did): it could be any."""
+    kept = [r.get('model_dir') for r in after['releases']]
+    if not all(kept):
+        return []
+    kept = [os.path.normpath(k) for k in kept]
+    leaving = [r.get('model_dir') for r in dropped]
+    if after.get('rolled_back') is None:
+        leaving.append((before.get('rolled_back') or {}).get('model_dir'))
+    prune = []
+    for path in leaving:
+        if not path or not os.path.isabs(path):
+            continue
+        path = os.path.normpath(path)
+        if path != '/' and path not in prune and not any(path == k or k.startswith(path + '/') or path.startswith(k + '/') for k in kept):
+            prune.append(path)
+    return prune
 
 
 def image_tag(release):

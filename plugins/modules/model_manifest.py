@@ -21,7 +21,9 @@ description:
     the bytes to copy and the free space there.
   - With O(state=prepared) it makes the directory ready to receive what it lacks. A file whose size or content is wrong is
     removed (it is copied again whole), what an interrupted copy left in C(.dgxspark-partial) is removed, the symlinks are
-    made, and a file with the right content but another mtime gets the manifest's mtime.
+    made, and a file with the right content but another mtime gets the manifest's mtime. A directory it creates gets the
+    mark C(.dgxspark-copy), by which M(dgxspark.cluster.serving_release) knows it may remove the copy once no kept release
+    uses it (a directory that existed before is never marked).
   - With O(state=verified) (after the copy) it fails, naming the files, unless the directory matches the manifest, then
     writes the manifest into the directory.
 options:
@@ -115,6 +117,7 @@ import shutil
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils.model_manifest import (
+    COPY_MARK,
     MANIFEST_NAME,
     PARTIAL_DIR,
     ManifestError,
@@ -168,7 +171,11 @@ def _prepare(module, path, manifest, diff):
                + (1 if os.path.lexists(partial) else 0))
     if module.check_mode or not actions:
         return bool(actions)
-    os.makedirs(path, mode=0o755, exist_ok=True)
+    if not os.path.isdir(path):
+        os.makedirs(path, mode=0o755)
+        # The collection made this copy: serving_release may remove it once no kept release uses it.
+        with open(os.path.join(path, COPY_MARK), 'w') as handle:
+            handle.write('Made by the dgxspark.cluster distribution; removed when no kept release uses it.\n')
     if os.path.lexists(partial):
         shutil.rmtree(partial)
     for rel in diff['wrong']:

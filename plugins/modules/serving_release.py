@@ -20,6 +20,10 @@ description:
     once it served (deploy.yml records it after the vllm phase's readiness). Each kept release's image stays on the node
     under the tag C(dgxspark-release:<id>); a release that leaves the history (more than O(keep)) loses its tag, so Docker
     may remove its image.
+  - Each release recorded with O(model_dir) keeps which model directory it served. When recording a release drops older
+    ones (or the one C(rollback.yml) replaced), a model directory that they served and no kept release serves is removed
+    where the distribution made it (the mark C(.dgxspark-copy), see M(dgxspark.cluster.model_manifest)); a directory
+    without the mark (the head's source, a copy the user made) is never removed.
   - O(state=observed) (read-only) reads the node's serving containers and the history, and says which release
     C(rollback.yml) would put back.
   - O(state=recorded) records the running containers as release O(release_id) (refusing when they are not the ones whose
@@ -51,6 +55,11 @@ options:
     description: How many releases the history keeps (with their images), the current one included; at least 2.
     type: int
     default: 3
+  model_dir:
+    description:
+      - The model directory the release serves on this node (the same path on every node), kept with the release.
+      - Without it (or while a kept release was recorded without one) no model directory is removed.
+    type: path
   history_path:
     description: The history file on the node.
     type: path
@@ -64,7 +73,7 @@ attributes:
     details: Check mode reports whether the history would change, and writes and tags nothing.
   diff_mode:
     support: full
-    details: The diff shows the release ids and dates of the history before and after.
+    details: The diff shows the release ids and dates of the history before and after, and the model copies removed.
 """
 
 EXAMPLES = r"""
@@ -80,6 +89,7 @@ EXAMPLES = r"""
     release_id: "{{ dict(ansible_play_hosts | zip(ansible_play_hosts | map('extract', hostvars, ['release', 'node_digest'])))
                     | dgxspark.cluster.release_id }}"
     node_digest: "{{ release.node_digest }}"
+    model_dir: /root/.cache/huggingface/hub/models--Qwen--Qwen3.5-397B-A17B-FP8
 """
 
 RETURN = r"""
@@ -117,6 +127,11 @@ rollback_reason:
   description: Why there is no release to roll back to (empty when there is one).
   returned: always
   type: str
+pruned_model_dirs:
+  description: The model copies removed (or, in check mode, that would be) because no kept release serves them.
+  returned: always
+  type: list
+  elements: str
 history_path:
   description: The history file.
   returned: always
@@ -125,9 +140,12 @@ history_path:
 
 import datetime
 import json
+import os
+import shutil
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.dgxspark.cluster.plugins.module_utils.docker_inspect import inspect_containers
+from ansible_collections.dgxspark.cluster.plugins.module_utils.model_manifest import COPY_MARK
 from ansible_collections.dgxspark.cluster.plugins.module_utils.private_file import write_private_file
 from ansible_collections.dgxspark.cluster.plugins.module_utils.release import (
     ReleaseError,
@@ -135,6 +153,7 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils.release import (
     container_spec,
     dumps,
     image_tag,
+    model_dirs_to_prune,
     node_digest,
     record,
     restore_order,
@@ -179,6 +198,21 @@ def tag_images(module, docker, new_releases, dropped):
         module.run_command([docker, 'image', 'rm', '--no-prune', image_tag(release)])
 
 
+def distributed_copies(paths):
+    """The paths that are model directories the distribution made (never a user's own, nor a link to one)."""
+    return [p for p in paths if not os.path.islink(p) and os.path.isfile(os.path.join(p, COPY_MARK))]
+
+
+def remove_copies(module, paths):
+    """Remove the model copies no kept release serves. The release is recorded already: a copy that cannot be removed
+    is a warning, not a failed deploy."""
+    for path in paths:
+        try:
+            shutil.rmtree(path)
+        except OSError as exc:
+            module.warn('cannot remove the model copy %s, which no kept release serves: %s' % (path, exc))
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -187,6 +221,7 @@ def main():
             release_id=dict(type='str'),
             node_digest=dict(type='str'),
             keep=dict(type='int', default=3),
+            model_dir=dict(type='path'),
             history_path=dict(type='path', default='/var/lib/dgxspark/release/history.json'),
         ),
         required_if=[('state', 'recorded', ('release_id', 'node_digest'))],
@@ -204,7 +239,7 @@ def main():
         result = dict(changed=False, specs=specs, missing=missing, node_digest=digest, current=current,
                       running_is_current=bool(current and current['node_digest'] == digest and not missing),
                       rollback_target=target, rollback_reason=reason, rolled_back=history['rolled_back'],
-                      history_path=path)
+                      pruned_model_dirs=[], history_path=path)
         if params['state'] == 'observed':
             module.exit_json(**result)
         now = datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%dT%H:%M:%SZ')
@@ -215,7 +250,8 @@ def main():
             if digest != params['node_digest']:
                 module.fail_json(msg='the serving containers changed since they were read: release %s not recorded'
                                  % params['release_id'], **result)
-            new, dropped = record(history, params['release_id'], specs, now, params['keep'])
+            new, dropped = record(history, params['release_id'], specs, now, params['keep'], params['model_dir'])
+            result['pruned_model_dirs'] = distributed_copies(model_dirs_to_prune(history, new, dropped))
         else:
             # In check mode the containers were not put back: nothing to verify.
             if target is None or (target['node_digest'] != digest and not module.check_mode):
@@ -229,13 +265,15 @@ def main():
         result['changed'] = True
         result['current'] = new['releases'][0]
         if module._diff:
-            result['diff'] = dict(before_header=path, after_header=path, before=outline(history), after=outline(new))
+            after = outline(new) + ''.join('model copy removed: %s\n' % d for d in result['pruned_model_dirs'])
+            result['diff'] = dict(before_header=path, after_header=path, before=outline(history), after=after)
         if not module.check_mode:
             tag_images(module, docker, new['releases'][:1] if params['state'] == 'recorded' else [], dropped)
             try:
                 write_private_file(path, dumps(new))
             except OSError as exc:
                 module.fail_json(msg='cannot write the release history %s: %s' % (path, exc))
+            remove_copies(module, result['pruned_model_dirs'])
     module.exit_json(**result)
 
 

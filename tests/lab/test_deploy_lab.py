@@ -192,6 +192,11 @@ def test_an_image_and_transport_change_recreate_every_serving_container_on_the_n
         assert "NCCL_IB_DISABLE=1" in env and "NCCL_IB_HCA=" not in env
     assert after["spark-alpha"][VLLM][1] != before["spark-alpha"][VLLM][1]
     assert lab.host("spark-alpha").check_output("docker inspect --format '{{.Image}}' %s" % VLLM) == second_id
+    # The release rollback.yml replaced (on the second model) left the history with this one: the copies of its model
+    # that the distribution made on the workers are removed; the head's (a source the collection did not make) stays.
+    for node in lab.nodes[1:]:
+        assert lab.host(node).run("test -e %s" % SECOND_MODEL).rc == 1, node
+    assert lab.host("spark-alpha").run("test -s %s/config.json" % SECOND_MODEL).rc == 0
     # Left on the second image and the socket transport: the next test's deploy asks for the inventory's image and
     # RDMA again, and the last one deploys the whole cluster as the inventory says.
 

@@ -1,10 +1,14 @@
 """Model manifests: hashing once at the source, the cheap comparison on a node, disk room, and the progress lines."""
 import hashlib
+import json
 import os
+import subprocess
+import sys
 
 import pytest
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils.model_manifest import (
+    COPY_MARK,
     MANIFEST_NAME,
     PARTIAL_DIR,
     ManifestError,
@@ -189,3 +193,27 @@ def test_progress_line(progress, elapsed, line):
 ])
 def test_verdict(progress, job, stalled, state, why):
     assert verdict(progress, job, stalled, 300) == (state, why)
+
+
+def run_manifest_module(tmp_path, args):
+    """model_manifest run as Ansible runs it."""
+    collections = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), '.build', 'collections')
+    args_file = tmp_path / 'args.json'
+    args_file.write_text(json.dumps({'ANSIBLE_MODULE_ARGS': args}))
+    proc = subprocess.run([sys.executable, '-m', 'ansible_collections.dgxspark.cluster.plugins.modules.model_manifest', str(args_file)],
+                          capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=collections), timeout=60, check=False)
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{')][-1]
+
+
+@pytest.mark.parametrize('existed', [False, True], ids=['made-by-the-distribution', 'there-before'])
+def test_a_copy_the_distribution_makes_is_marked_as_its_own_and_the_mark_is_not_part_of_the_model(tmp_path, existed):
+    manifest, _hashed = build(make_model(tmp_path / 'source', SHARDS), None)
+    node = tmp_path / 'node' / 'model'
+    if existed:
+        make_model(node, {'config.json': SHARDS['config.json']})
+    result = run_manifest_module(tmp_path, {'path': str(node), 'manifest': manifest, 'state': 'prepared'})
+    assert result['changed'] != existed and not result.get('failed'), result
+    # Only a directory the distribution created may be removed later (serving_release): never one that was there.
+    assert (node / COPY_MARK).exists() != existed
+    make_model(node, SHARDS)
+    assert compare(str(node), manifest)['missing'] == [] and compare(str(node), manifest)['wrong'] == []

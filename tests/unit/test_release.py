@@ -257,3 +257,95 @@ def test_the_status_table_ends_with_the_release_line():
     assert not any("release" in p for p in status["problems"])
     unreachable = build_serving_status(plan, {}, unreachable=["spark-alpha"], release=_observed(_history("r1")))
     assert not any(line.startswith("release:") for line in unreachable["table"])
+
+
+# --- model copies: which a recorded release lets go (its history, then the module on real directories) ---------------
+
+def _served(*pairs, rolled_back=None):
+    """A history of (id, model_dir) releases, newest first."""
+    history = {"releases": [release.make_release(rid, HEAD_SPECS, "T", model) for rid, model in pairs], "rolled_back": None}
+    if rolled_back:
+        history["rolled_back"] = dict({"id": rolled_back[0], "at": "T"}, **({"model_dir": rolled_back[1]} if rolled_back[1] else {}))
+    return history
+
+
+@pytest.mark.parametrize("before, new, keep, prune", [
+    (_served(("a", "/m/a")), ("b", "/m/b"), 3, []),
+    (_served(("c", "/m/c"), ("b", "/m/b"), ("a", "/m/a")), ("d", "/m/d"), 3, ["/m/a"]),
+    # The oldest's model serves a kept release too.
+    (_served(("c", "/m/a"), ("b", "/m/b"), ("a", "/m/a")), ("d", "/m/d"), 3, []),
+    (_served(("c", "/m/c"), ("b", "/m/b"), ("a", "/m/a")), ("d", "/m/c"), 2, ["/m/b", "/m/a"]),
+    # Two dropped releases on one model: removed once.
+    (_served(("c", "/m/c"), ("b", "/m/a"), ("a", "/m/a")), ("d", "/m/d"), 2, ["/m/a"]),
+    # The release rollback.yml replaced leaves with the next proven release, unless that one serves its model again.
+    (_served(("a", "/m/a"), rolled_back=("b", "/m/b")), ("c", "/m/a"), 3, ["/m/b"]),
+    (_served(("a", "/m/a"), rolled_back=("b", "/m/b")), ("b2", "/m/b"), 3, []),
+    (_served(("a", "/m/a"), rolled_back=("b", None)), ("c", "/m/a"), 3, []),
+    # Nothing inside or around a kept model directory, never the root or a relative path.
+    (_served(("c", "/m/c"), ("b", "/m/b"), ("a", "/m")), ("d", "/m/d"), 3, []),
+    (_served(("c", "/m/c"), ("b", "/m/b"), ("a", "/m/c/old/")), ("d", "/m/d"), 3, []),
+    (_served(("c", "/m/c"), ("b", "/m/b"), ("a", "/")), ("d", "/m/d"), 3, []),
+    (_served(("c", "/m/c"), ("b", "/m/b"), ("a", "m/a")), ("d", "/m/d"), 3, []),
+    # A release recorded before releases said their model: it could serve any directory, so nothing goes.
+    (_served(("c", "/m/c"), ("b", None), ("a", "/m/a")), ("d", "/m/d"), 3, []),
+    (_served(("c", "/m/c"), ("b", "/m/b"), ("a", None)), ("d", "/m/d"), 3, []),
+    # No model given now: the new release's is unknown.
+    (_served(("c", "/m/c"), ("b", "/m/b"), ("a", "/m/a")), ("d", None), 3, []),
+], ids=["nothing-dropped", "oldest-dropped", "oldest-model-still-kept", "keep-two", "two-dropped-one-model",
+        "rolled-back-one-leaves", "rolled-back-model-serves-again", "rolled-back-without-model", "parent-of-a-kept-one",
+        "inside-a-kept-one", "root", "relative", "kept-one-without-model", "dropped-one-without-model", "new-one-without-model"])
+def test_the_model_directories_a_recorded_release_lets_go(before, new, keep, prune):
+    after, dropped = release.record(before, new[0], HEAD_SPECS, "NOW", keep, new[1])
+    assert release.model_dirs_to_prune(before, after, dropped) == prune
+
+
+def test_a_rollback_keeps_the_model_of_the_release_it_replaced():
+    history = release.after_rollback(_served(("b", "/m/b"), ("a", "/m/a")), "NOW")
+    assert history["rolled_back"] == {"id": "b", "at": "NOW", "model_dir": "/m/b"}
+
+
+def run_release_module(tmp_path, args):
+    """serving_release run as Ansible runs it, with a `docker` that answers inspect with the lab head's real records."""
+    import subprocess  # pylint: disable=import-outside-toplevel
+    import sys  # pylint: disable=import-outside-toplevel
+    collections = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), ".build", "collections")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "docker").write_text('#!/bin/sh\necho "$*" >> %s/docker.log\n[ "$1" = inspect ] && cat %s\nexit 0\n' % (
+        tmp_path, os.path.join(HERE, "fixtures", "release", "docker_inspect_head.json")))
+    (bin_dir / "docker").chmod(0o755)
+    args_file = tmp_path / "args.json"
+    args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": dict(args, containers=["dgxspark-vllm", "dgxspark-ray"],
+                                                                 history_path=str(tmp_path / "history.json"))}))
+    env = dict(os.environ, PYTHONPATH=collections, PATH="%s:%s" % (bin_dir, os.environ["PATH"]))
+    proc = subprocess.run([sys.executable, "-m", "ansible_collections.dgxspark.cluster.plugins.modules.serving_release", str(args_file)],
+                          capture_output=True, text=True, env=env, timeout=60, check=False)
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")][-1]
+
+
+@pytest.mark.parametrize("check_mode", [False, True], ids=["run", "check"])
+def test_recording_removes_only_the_distributed_copies_no_kept_release_serves(tmp_path, check_mode):
+    models = {}
+    for name, marked in [("dropped-copy", True), ("dropped-source", False), ("kept-copy", True), ("linked-copy", True)]:
+        models[name] = tmp_path / name
+        models[name].mkdir()
+        (models[name] / "config.json").write_text("{}")
+        if marked:
+            (models[name] / ".dgxspark-copy").write_text("made by the distribution\n")
+    os.symlink(str(models["linked-copy"]), str(tmp_path / "link"))
+    digest = release.node_digest(HEAD_SPECS)
+    (tmp_path / "history.json").write_text(json.dumps(_served(
+        ("c", str(models["kept-copy"])), ("b", str(tmp_path / "link")), ("a", str(models["dropped-source"])),
+        rolled_back=("x", str(models["dropped-copy"])))))
+    result = run_release_module(tmp_path, {"state": "recorded", "release_id": "d", "node_digest": digest, "keep": 2,
+                                           "model_dir": str(models["kept-copy"]), "_ansible_check_mode": check_mode,
+                                           "_ansible_diff": True})
+    # b (a link to a copy) and a (a source) leave with x (a copy); only the copy the distribution made, not a link, goes.
+    assert result["changed"] and result["pruned_model_dirs"] == [str(models["dropped-copy"])], result
+    assert "model copy removed: %s" % models["dropped-copy"] in result["diff"]["after"]
+    assert models["dropped-copy"].exists() == check_mode
+    assert all(models[name].exists() for name in ("dropped-source", "kept-copy", "linked-copy"))
+    history = json.loads((tmp_path / "history.json").read_text())
+    assert [(r["id"], r.get("model_dir")) for r in history["releases"]] == (
+        [("c", str(models["kept-copy"])), ("b", str(tmp_path / "link")), ("a", str(models["dropped-source"]))] if check_mode
+        else [("d", str(models["kept-copy"])), ("c", str(models["kept-copy"]))])
