@@ -114,6 +114,11 @@ def _lines_text(lines):
     return ''.join('\n  | %s' % line for line in lines)
 
 
+def _first_text(exceptions):
+    """The first exceptions of the container's last run (serving_probe), where the cause usually is."""
+    return ('\nIts first exceptions:%s' % _lines_text(exceptions)) if exceptions else ''
+
+
 def _container_problems(kind, host, container, probe, problems, crash_lines, healthy=None, notes=None):
     """Problems of one container (not running, restarted); crash_lines: how many error lines to quote. healthy: whether
     what it serves works now (Ray: the node is alive in Ray; vLLM: /health 200), None when unknown. A container Docker
@@ -130,21 +135,22 @@ def _container_problems(kind, host, container, probe, problems, crash_lines, hea
                                                                          name, host))
         return
     crash_loop = container.get('restarting') or (restarts > 0 and code not in (None, 0))
+    first = _first_text((probe or {}).get('first_exceptions'))
     if crash_loop or (kind == 'vLLM' and restarts > 0):
         lines = error_lines(logs, limit=crash_lines)
         problems.append(
-            'The %s container %s on %s is in a crash loop: Docker restarted it %d time%s (status %s, exit code %s%s). Its last error '
+            'The %s container %s on %s is in a crash loop: Docker restarted it %d time%s (status %s, exit code %s%s).%s\nIts last error '
             'lines:%s\nFix the cause these lines name, then start it again with the serving role; `docker logs %s` on %s shows the '
             'whole log.' % (kind, name, host, restarts, '' if restarts == 1 else 's', container.get('status'), 'none' if code is None else code,
-                            oom, _lines_text(lines) if lines else ' (none in the log read)', name, host))
+                            oom, first, _lines_text(lines) if lines else ' (none in the log read)', name, host))
         return
     if not container.get('running'):
         lines = error_lines(logs, limit=5)
         problems.append(
-            'The %s container %s on %s is not running (status %s, exit code %s%s%s)%s\nRead `docker logs %s` on %s and start it again '
-            'with the serving role.' % (kind, name, host, container.get('status'), 'none' if code is None else code, oom,
-                                        ('; Docker says: %s' % container['error']) if container.get('error') else '',
-                                        ('. Its last error lines:%s' % _lines_text(lines)) if lines else '.', name, host))
+            'The %s container %s on %s is not running (status %s, exit code %s%s%s).%s%s\nRead `docker logs %s` on %s and start it '
+            'again with the serving role.' % (kind, name, host, container.get('status'), 'none' if code is None else code, oom,
+                                              ('; Docker says: %s' % container['error']) if container.get('error') else '', first,
+                                              ('\nIts last error lines:%s' % _lines_text(lines)) if lines else '', name, host))
     if restarts > 0:
         problems.append(
             'The %s container %s on %s was restarted %d time%s by Docker since it was created: it exited that many times; read '

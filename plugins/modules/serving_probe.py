@@ -166,6 +166,15 @@ logs:
   type: list
   elements: dict
   sample: [{ts: "2026-11-23T17:15:40.020000000Z", line: "Loading safetensors checkpoint shards:  57% Completed | 54/94 [00:41<00:30,  1.32it/s]"}]
+first_exceptions:
+  description:
+    - When the container is not running (exited, or waiting for Docker to restart it), the first three distinct exception
+      lines of its last run's log (its last 20000 lines), vLLM's log prefix removed; else empty.
+    - The cause of a failed engine is often there, hundreds of lines above the shutdown that ends the log.
+  returned: always
+  type: list
+  elements: str
+  sample: ["ray.exceptions.RayTaskError(SafetensorError): ray::RayWorkerWrapper.execute_method() (pid=596, ip=192.168.100.13)"]
 logs_error:
   description: Why the log could not be read (for example a log driver that cannot be read back), else null.
   returned: always
@@ -245,6 +254,7 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils.vllm_progress imp
     VllmProgressError,
     chat_answer,
     container_state,
+    first_exceptions,
     latest_progress,
     merge_log_streams,
     missing_container,
@@ -256,6 +266,8 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils.vllm_progress imp
 )
 
 MAX_LOG_LINES = 5000
+#: How much of a stopped container's last run is read for its first exceptions (a run that served for days logged more).
+RUN_LOG_LINES = 20000
 MAX_BODY = 1024 * 1024
 
 
@@ -367,6 +379,16 @@ def read_logs(module, docker, container, since, tail):
     return newer_than(lines, since), None
 
 
+def read_run_exceptions(module, docker, container):
+    """The first exceptions of a stopped container's last run: the cause, which the log's tail misses when the shutdown
+    that followed it printed hundreds of lines (vllm_progress.first_exceptions). [] when its log cannot be read."""
+    argv = [docker, 'logs', '--timestamps', '--since', container['started_at'], '--tail', str(RUN_LOG_LINES), container['name']]
+    rc, out, err = module.run_command(argv, encoding=None, environ_update={'LC_ALL': 'C'})
+    if rc != 0:
+        return []
+    return first_exceptions(merge_log_streams(split_log_lines(out or b''), split_log_lines(err or b'')))
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -408,7 +430,7 @@ def main():
     container = params['container']
     rc, out, err = module.run_command([docker, 'inspect', '--type', 'container', container], environ_update={'LC_ALL': 'C'})
     result = {'changed': False, 'url': params['url'], 'served_model_name': params['served_model_name'], 'logs': [], 'logs_error': None,
-              'logs_truncated': 0, 'last_timestamp': params['log_since'], 'progress': None,
+              'logs_truncated': 0, 'first_exceptions': [], 'last_timestamp': params['log_since'], 'progress': None,
               'health': None, 'models': None, 'models_status': None, 'models_error': None, 'unauthorized_status': None, 'chat': None,
               'speed': None}
     if rc != 0:
@@ -431,6 +453,8 @@ def main():
             result['logs_truncated'] = len(lines) - MAX_LOG_LINES
             lines = lines[-MAX_LOG_LINES:]
         result['logs'] = lines
+        if not result['container']['running'] and result['container']['started_at'] and not result['logs_error']:
+            result['first_exceptions'] = read_run_exceptions(module, docker, dict(result['container'], name=container))
 
     if params['url']:
         result.update(check_api(module, key))

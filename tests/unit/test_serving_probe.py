@@ -50,6 +50,8 @@ if name not in containers:
     sys.exit(1)
 if argv[0] == 'inspect':
     print(containers[name])
+elif argv[0] == 'logs' and '--since' in argv and name == 'dgxspark-crashed':
+    sys.stdout.write(open(%(crash_log)r).read())
 elif argv[0] == 'logs':
     sys.stdout.write(%(stdout)r)
     sys.stderr.write(%(stderr)r)
@@ -64,7 +66,8 @@ def fake_docker(tmp_path):
         (tmp_path / 'containers.json').write_text(json.dumps(containers))
         path = tmp_path / 'docker'
         path.write_text(FAKE_DOCKER % {'python': sys.executable, 'calls': str(tmp_path / 'calls.jsonl'),
-                                       'containers': str(tmp_path / 'containers.json'), 'denied': denied, 'stdout': STDOUT, 'stderr': STDERR})
+                                       'containers': str(tmp_path / 'containers.json'), 'denied': denied, 'stdout': STDOUT, 'stderr': STDERR,
+                                       'crash_log': str(FIXTURES / 'vllm_0.32_cpu_corrupt_shard_on_one_rank.log')})
         path.chmod(path.stat().st_mode | stat.S_IEXEC)
         return str(path)
     return make
@@ -246,6 +249,16 @@ def test_restarting_container(tmp_path, docker):
     assert rc == 0, result
     assert (result['container']['status'], result['container']['running'], result['container']['exit_code'],
             result['container']['restart_count']) == ('restarting', False, 1, 4)
+    # Its last run's whole log (since it started), for the cause above the shutdown that ends it.
+    assert calls(tmp_path)[-1] == ['logs', '--timestamps', '--since', '2026-11-23T17:20:12.004417220Z', '--tail', '20000', 'dgxspark-crashed']
+    assert result['first_exceptions'][0].startswith('ray.exceptions.RayTaskError(SafetensorError)')
+    assert len(result['first_exceptions']) == 3
+
+
+def test_a_running_container_reads_no_more_than_its_tail(tmp_path, docker):
+    rc, result, _stdout = run_module(tmp_path, {'container': 'dgxspark-vllm', 'docker_path': docker()})
+    assert rc == 0 and result['first_exceptions'] == [], result
+    assert [c[0] for c in calls(tmp_path)] == ['inspect', 'logs'] and '--since' not in calls(tmp_path)[1]
 
 
 @pytest.mark.parametrize('health, models, chat', [(503, ['qwen3'], None), (200, ['qwen3'], 200)])

@@ -15,7 +15,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.dgxspark.cluster.plugins.filter.serving_status import FilterModule
 from ansible_collections.dgxspark.cluster.plugins.module_utils.ray_membership import ray_membership
 from ansible_collections.dgxspark.cluster.plugins.module_utils.serving_status import ServingStatusError, build_serving_status
-from ansible_collections.dgxspark.cluster.plugins.module_utils.vllm_progress import container_state, missing_container
+from ansible_collections.dgxspark.cluster.plugins.module_utils.vllm_progress import container_state, first_exceptions, missing_container
 
 FIXTURES = pathlib.Path(__file__).parent / 'fixtures'
 HOSTS = ['spark-alpha', 'spark-beta', 'spark-gamma', 'spark-delta']
@@ -175,6 +175,23 @@ def test_vllm_crash_loop_quotes_the_error_lines(changes):
     assert 'The vLLM container dgxspark-vllm on spark-alpha is in a crash loop: Docker restarted it %d times' % changes['restart_count'] in text
     assert '  | (EngineCore_DP0 pid=312) ERROR 11-23 17:15:04 [core.py:708] ValueError: Unknown quantization method: nvfp4.' in text
     assert 'Engine core initialization failed' in text
+
+
+@pytest.mark.parametrize('changes, opening', [
+    (dict(status='exited', running=False, exit_code=1, restart_count=0), 'is not running (status exited, exit code 1).'),
+    (dict(status='restarting', running=False, restarting=True, exit_code=1, restart_count=2), 'is in a crash loop'),
+])
+def test_a_stopped_engine_quotes_its_first_exceptions_before_its_last_lines(changes, opening):
+    # The lab's real log of a rank that could not read a corrupt shard: its tail shows only the shutdown that followed.
+    log = (FIXTURES / 'vllm_progress' / 'vllm_0.32_cpu_corrupt_shard_on_one_rank.log').read_text(encoding='utf-8').splitlines()
+    first = first_exceptions(log)
+    inputs = healthy()
+    inputs['vllm'] = vllm_probe(container=container('dgxspark-vllm', **changes), logs=[{'ts': None, 'line': line} for line in log[-15:]],
+                                first_exceptions=first, health={'status': None, 'error': 'no answer'}, models=None, chat=None)
+    text = '\n'.join(build_serving_status(**inputs)['problems'])
+    assert opening in text
+    assert text.index('Its first exceptions:\n  | ray.exceptions.RayTaskError(SafetensorError)') < text.index('Its last error lines:')
+    assert 'ip=192.168.100.13' in text and 'Error while deserializing header' in text
 
 
 def test_unreachable_head_makes_vllm_unknown_not_a_second_problem():
