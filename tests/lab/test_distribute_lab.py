@@ -27,19 +27,23 @@ def extra_vars(**values):
     return ["-e", json.dumps(values)]
 
 
+# The model's files, without the collection's own: the manifest, and the mark of a copy the distribution made.
+MODEL_FILES = "find . -type f ! -name .dgxspark-manifest.json ! -name .dgxspark-copy"
+
+
 def model_state(lab, path=MODEL):
     """{node: 'name size mtime sha256' lines of the model files}: what a copy, a repair or a refusal would change."""
     state = {}
     for node in lab.nodes:
-        out = lab.host(node).run("cd %s 2>/dev/null && find . -type f ! -name .dgxspark-manifest.json -printf '%%P %%s %%T@\\n' "
-                                 "| sort && find . -type f ! -name .dgxspark-manifest.json -print0 | sort -z | xargs -0r sha256sum" % path)
+        out = lab.host(node).run("cd {0} 2>/dev/null && {1} -printf '%P %s %T@\\n' | sort && {1} -print0 | sort -z | xargs -0r sha256sum"
+                                 .format(path, MODEL_FILES))
         state[node] = out.stdout
     return state
 
 
 def model_bytes(lab, node, path=MODEL):
     """The size of the model's files on a node (what the phase copies to a node that has none of them)."""
-    sizes = lab.host(node).check_output("find %s -type f ! -name .dgxspark-manifest.json -printf '%%s\\n'" % path)
+    sizes = lab.host(node).check_output("cd {0} && {1} -printf '%s\\n'".format(path, MODEL_FILES))
     return sum(int(size) for size in sizes.split())
 
 
@@ -50,7 +54,7 @@ def image_ids(lab):
 def content(lab, path=MODEL):
     """{node: sha256 of the sorted sha256sum list of the files} (the model's content on each node)."""
     return dict((node, lab.host(node).run(
-        "cd %s && find . -type f ! -name .dgxspark-manifest.json -print0 | sort -z | xargs -0r sha256sum | sha256sum" % path).stdout)
+        "cd {0} && {1} -print0 | sort -z | xargs -0r sha256sum | sha256sum".format(path, MODEL_FILES)).stdout)
         for node in lab.nodes)
 
 

@@ -11,7 +11,9 @@ import json
 import pytest
 
 testinfra_hosts = ["ansible://all"]
-MODEL_CONTENT = "cd {0} && find . -type f ! -name .dgxspark-manifest.json -print0 | sort -z | xargs -0r sha256sum"
+# The model's files, without the collection's own: the manifest, and the mark of a copy the distribution made.
+MODEL_CONTENT = ("cd {0} && find . -type f ! -name .dgxspark-manifest.json ! -name .dgxspark-copy -print0 | sort -z"
+                 " | xargs -0r sha256sum")
 
 
 @pytest.fixture(name="model_dir")
@@ -35,6 +37,11 @@ def test_the_model_has_the_heads_content_and_its_manifest(host, model_dir):
     manifest = json.loads(host.file(model_dir + "/.dgxspark-manifest.json").content_string)
     assert manifest["total_bytes"] > 0 and all(len(f["sha256"]) == 64 for f in manifest["files"])
     assert not host.file(model_dir + "/.dgxspark-partial").exists
+
+
+def test_only_a_copy_the_distribution_made_is_marked_as_one_it_may_remove(host, model_dir):
+    # The head's directory is the source (never removed by a release that no longer serves it); the worker's was made.
+    assert host.file(model_dir + "/.dgxspark-copy").exists == (host.backend.get_hostname() != "spark-alpha")
 
 
 def test_the_node_to_node_key_and_its_authorization_are_gone_once_the_phase_ended(host):
