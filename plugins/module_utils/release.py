@@ -200,7 +200,7 @@ def after_rollback(history, now):
 def model_dirs_to_prune(before, after, dropped):
     """The model directories that the releases leaving the history (dropped for age, or the one a rollback replaced)
     served and no kept release serves, nor one inside or around them: what the node may remove where the distribution
-    made the copy. None while a kept release does not say its model (recorded before releases did): it could be any."""
+    made the copy. Nothing while a kept release does not say its model (recorded before releases did): it could be any."""
     kept = [r.get('model_dir') for r in after['releases']]
     if not all(kept):
         return []

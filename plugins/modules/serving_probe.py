@@ -366,10 +366,11 @@ def read_key(module):
     return key
 
 
-def read_logs(module, docker, container, since, tail):
-    """(lines, error) of `docker logs --timestamps`."""
+def read_logs(module, docker, container, since=None, tail=None):
+    """(lines, error) of `docker logs --timestamps`: the records after `since`, the last `tail` of them (either or both)."""
     argv = [docker, 'logs', '--timestamps']
-    argv += ['--since', since] if since else ['--tail', str(tail)]
+    argv += ['--since', since] if since else []
+    argv += ['--tail', str(tail)] if tail is not None else []
     argv.append(container)
     rc, out, err = module.run_command(argv, encoding=None, environ_update={'LC_ALL': 'C'})
     if rc != 0:
@@ -377,16 +378,6 @@ def read_logs(module, docker, container, since, tail):
         return [], '`docker logs %s` failed (rc %d): %s' % (container, rc, text[:500])
     lines = merge_log_streams(split_log_lines(out or b''), split_log_lines(err or b''))
     return newer_than(lines, since), None
-
-
-def read_run_exceptions(module, docker, container):
-    """The first exceptions of a stopped container's last run: the cause, which the log's tail misses when the shutdown
-    that followed it printed hundreds of lines (vllm_progress.first_exceptions). [] when its log cannot be read."""
-    argv = [docker, 'logs', '--timestamps', '--since', container['started_at'], '--tail', str(RUN_LOG_LINES), container['name']]
-    rc, out, err = module.run_command(argv, encoding=None, environ_update={'LC_ALL': 'C'})
-    if rc != 0:
-        return []
-    return first_exceptions(merge_log_streams(split_log_lines(out or b''), split_log_lines(err or b'')))
 
 
 def main():
@@ -446,7 +437,8 @@ def main():
             module.fail_json(msg='`docker inspect %s`: %s' % (container, exc))
 
     if result['container']['exists']:
-        lines, result['logs_error'] = read_logs(module, docker, container, params['log_since'], params['log_tail'])
+        lines, result['logs_error'] = read_logs(module, docker, container, params['log_since'],
+                                                None if params['log_since'] else params['log_tail'])
         result['last_timestamp'] = newest_timestamp(lines, params['log_since'])
         result['progress'] = latest_progress(lines)
         if len(lines) > MAX_LOG_LINES:
@@ -454,7 +446,9 @@ def main():
             lines = lines[-MAX_LOG_LINES:]
         result['logs'] = lines
         if not result['container']['running'] and result['container']['started_at'] and not result['logs_error']:
-            result['first_exceptions'] = read_run_exceptions(module, docker, dict(result['container'], name=container))
+            # The cause of a stopped container is in its last run's first exceptions, often far above the tail's shutdown.
+            run, run_error = read_logs(module, docker, container, result['container']['started_at'], RUN_LOG_LINES)
+            result['first_exceptions'] = [] if run_error else first_exceptions(run)
 
     if params['url']:
         result.update(check_api(module, key))

@@ -51,7 +51,8 @@ if name not in containers:
 if argv[0] == 'inspect':
     print(containers[name])
 elif argv[0] == 'logs' and '--since' in argv and name == 'dgxspark-crashed':
-    sys.stdout.write(open(%(crash_log)r).read())
+    # Its last run, as `docker logs --timestamps` prints it: every record after the container's start.
+    sys.stdout.write(''.join('2026-11-23T17:20:13.000000000Z %%s\n' %% line for line in open(%(crash_log)r).read().splitlines()))
 elif argv[0] == 'logs':
     sys.stdout.write(%(stdout)r)
     sys.stderr.write(%(stderr)r)
