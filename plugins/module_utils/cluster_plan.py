@@ -64,6 +64,11 @@ GIB = 1024 ** 3
 KV_DTYPE_BYTES = {'fp8': 1}
 # A Hugging Face commit id: the only revision that cannot change after it was reviewed.
 COMMIT = re.compile(r'^[0-9a-f]{40}$')
+# What each executor backend runs where (the plan table's line).
+EXECUTOR_LAYOUTS = {
+    'ray': 'ray (a Ray container on every node; vLLM on the head, --distributed-executor-backend ray)',
+    'mp': "mp (vLLM's own multi-node backend: vLLM on every node, rank 0 serving the API, the others --headless)",
+}
 
 
 class ClusterPlanError(ValueError):
@@ -377,6 +382,17 @@ def _revision_problems(values, profile):
                 revision, profile.get('_name'), profile['hf_repo'], profile['hf_repo'])]
 
 
+def _backend_problems(values):
+    """mp is checked like every value (its port, the options only Ray takes: role_inputs), then refused: this version
+    builds Ray's layout only, and deploying Ray's for an inventory that asks for mp would serve something else."""
+    if values.get('dgxspark_executor_backend') != 'mp':
+        return []
+    return ['dgxspark_executor_backend is mp: this version of the collection deploys vLLM over Ray only; the mp layout '
+            '(a vLLM container on every node, rank 0 serving the API, the others --headless with a watchdog for vLLM '
+            '#32136) is designed in docs/design.md ("Executor backends") and not built yet. Set dgxspark_executor_backend '
+            'to ray (the default), or deploy an image with Ray.']
+
+
 def _memory(values, profile, tp, pp):
     """Memory fit, KV room, roofline; returns (dict, problems)."""
     problems = []
@@ -497,6 +513,7 @@ def build_plan(groups, hostvars, profiles, overrides=None):
     problems.extend(_parallel_problems(values, profile, node_count))
     problems.extend(_setting_problems(values, profile))
     problems.extend(_revision_problems(values, profile))
+    problems.extend(_backend_problems(values))
 
     rails = []
     addresses = dict((host, {}) for host in order)
@@ -543,6 +560,7 @@ def build_plan(groups, hostvars, profiles, overrides=None):
         'enable_expert_parallel': values['dgxspark_enable_expert_parallel'],
         'mtu': values['dgxspark_mtu'],
         'nccl_transport': values['dgxspark_nccl_transport'],
+        'executor_backend': values['dgxspark_executor_backend'],
         'rails': [{'name': r['name'], 'interface': r['interface'], 'subnet': str(r['net']),
                    'prefixlen': r['net'].prefixlen, 'address_offset': r['address_offset']} for r in rails],
         'memory': memory,
@@ -593,6 +611,7 @@ def render_plan_table(plan):
         'Decode roofline (one stream): %.0f GB/s / (%.2f GB active weights / TP %d) = %.1f tok/s' % (
             dec['bandwidth_gbs'], dec['active_weight_gb'], plan['tensor_parallel_size'], dec['roofline_tok_s']),
         'Network: MTU %d, NCCL transport %s' % (plan['mtu'], plan['nccl_transport']),
+        'Executor: %s' % EXECUTOR_LAYOUTS[plan['executor_backend']],
         'Model revision: %s' % plan['model_revision'],
     ])
     for patch in plan.get('patches') or []:

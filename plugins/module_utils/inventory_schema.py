@@ -10,6 +10,7 @@ ALL problems found (they never stop at the first one).
 from __future__ import annotations
 
 import copy
+import difflib
 
 # Defaults that depend on something else than the variable itself are named by a marker; the
 # plan (cluster_plan.py) resolves them.
@@ -65,6 +66,14 @@ CLUSTER_VARIABLES = (
      'description': 'MTU of the CX-7 interfaces (and the switch ports).'},
     {'name': 'dgxspark_nccl_transport', 'type': 'str', 'default': 'rdma', 'choices': ['rdma', 'socket'],
      'description': 'NCCL transport: rdma (NET/IB over RoCE v2) or socket (NCCL_IB_DISABLE=1 fallback).'},
+    {'name': 'dgxspark_executor_backend', 'type': 'str', 'default': 'ray', 'choices': ['ray', 'mp'],
+     'description': "How vLLM's ranks span the nodes: ray (a Ray container on every node, vLLM on the head with "
+                    "--distributed-executor-backend ray) or mp (vLLM's own multi-node backend: vLLM on every node, rank 0 "
+                    "serving the API, the others --headless, no Ray; the layout of NVIDIA's NGC images, which ship "
+                    "without Ray). This version deploys ray; mp is checked and refused until its layout lands."},
+    {'name': 'dgxspark_mp_master_port', 'type': 'int', 'default': 29501, 'min': 1024, 'max': 65535,
+     'description': "With dgxspark_executor_backend mp: the port of rank 0's rendezvous (vLLM --master-port, a torch "
+                    "TCPStore on the head's rail-1 address); open only on the rails."},
     {'name': 'dgxspark_node_memory_gib', 'type': 'float', 'default': 121.7, 'min_exclusive': 0.0,
      'description': 'Memory the GPU can address per node, GiB (MemTotal of a DGX Spark reads about 121.7 GiB).'},
     {'name': 'dgxspark_node_memory_bandwidth_gbs', 'type': 'float', 'default': 273.0, 'min_exclusive': 0.0,
@@ -150,7 +159,9 @@ def _range_problems(where, spec, value):
     if 'max' in spec and value > spec['max']:
         problems.append('%s is %r; it must be at most %r.' % (where, value, spec['max']))
     if 'choices' in spec and value not in spec['choices']:
-        problems.append('%s is %r; it must be one of: %s.' % (where, value, ', '.join(spec['choices'])))
+        close = difflib.get_close_matches(str(value).lower(), spec['choices'], n=1, cutoff=0.5)
+        problems.append('%s is %r%s; it must be one of: %s.' % (
+            where, value, ' (did you mean %s?)' % close[0] if close else '', ', '.join(spec['choices'])))
     return problems
 
 

@@ -49,6 +49,12 @@ SECRET_ENVIRONMENT = {
 OPTION_MAPS = ('vllm_container_extra_args', 'vllm_container_site_args', 'dgxspark_vllm_site_args')
 ENVIRONMENT_MAPS = ('vllm_container_extra_env', 'ray_cluster_extra_env', 'distribute_download_env', 'fabric_check_nccl_env')
 
+# vLLM options the executor backend owns (dgxspark_executor_backend gives every rank its value): set in an options map
+# they would override it on one rank and split the group.
+BACKEND_OPTIONS = ('distributed_executor_backend', 'nnodes', 'node_rank', 'master_addr', 'master_port', 'headless')
+# vLLM options only its Ray executor reads (any other ray_* option too): with mp they would be ignored.
+RAY_ONLY_OPTION_PREFIX = 'ray_'
+
 # The TCP ports each node opens, by the variable that sets them (ray_cluster_ports is a map of its own).
 SINGLE_PORTS = (
     ('vllm_container_port', 'the vLLM API'),
@@ -202,6 +208,33 @@ def secret_problems(values_by_host):
                 if str(key) in SECRET_ENVIRONMENT:
                     text = ('%s sets %s, a secret: it would sit in the container\'s environment (docker inspect); remove it '
                             'and set %s' % (variable, key, SECRET_ENVIRONMENT[str(key)]))
+                    found.setdefault(text, set()).add(host)
+    return _merge(found, values_by_host)
+
+
+def backend_problems(values_by_host, backend, master_port, single_defaults):
+    """The options an executor backend owns, set in an options map (any backend); with mp, the options only Ray takes
+    and a master port that another service of the node has."""
+    found = {}
+    for host, values in values_by_host.items():
+        for variable in OPTION_MAPS:
+            options = values.get(variable) if isinstance(values.get(variable), dict) else {}
+            for key in options:
+                option = _option_key(key)
+                if option in BACKEND_OPTIONS:
+                    text = ('%s sets %s, which dgxspark_executor_backend (%s) sets for every rank: remove it (the backend '
+                            'is chosen with dgxspark_executor_backend, its port with dgxspark_mp_master_port)'
+                            % (variable, key, backend))
+                    found.setdefault(text, set()).add(host)
+                elif backend == 'mp' and option.startswith(RAY_ONLY_OPTION_PREFIX):
+                    text = ('%s sets %s, an option of vLLM\'s Ray executor, but dgxspark_executor_backend is mp: no Ray '
+                            'runs; remove it, or use the ray backend' % (variable, key))
+                    found.setdefault(text, set()).add(host)
+        if backend == 'mp' and _port(master_port) is not None:
+            for variable, what in SINGLE_PORTS:
+                if _port(values.get(variable, single_defaults.get(variable))) == _port(master_port):
+                    text = ('dgxspark_mp_master_port is %s, the port of %s (%s): give the mp rendezvous its own port'
+                            % (master_port, variable, what))
                     found.setdefault(text, set()).add(host)
     return _merge(found, values_by_host)
 

@@ -158,6 +158,12 @@ REJECTIONS = [
     ('kv_dtype', {'dgxspark_kv_cache_dtype': 'int8'}, ['dgxspark_kv_cache_dtype', 'auto, fp8']),
     ('transport', {'dgxspark_nccl_transport': 'ib'}, ['dgxspark_nccl_transport', 'rdma, socket']),
     ('release_keep_one', {'dgxspark_release_keep': 1}, ['dgxspark_release_keep', 'at least 2']),
+    ('backend_misspelled', {'dgxspark_executor_backend': 'rya'}, ["dgxspark_executor_backend is 'rya' (did you mean ray?)", 'ray, mp']),
+    ('backend_unknown', {'dgxspark_executor_backend': 'slurm'}, ["dgxspark_executor_backend is 'slurm'; it must be one of: ray, mp"]),
+    ('backend_mp_not_built', {'dgxspark_executor_backend': 'mp'},
+     ['dgxspark_executor_backend is mp', 'deploys vLLM over Ray only', 'Set dgxspark_executor_backend to ray']),
+    ('master_port_privileged', {'dgxspark_mp_master_port': 80}, ['dgxspark_mp_master_port', 'at least 1024']),
+    ('master_port_string', {'dgxspark_mp_master_port': '29501'}, ['dgxspark_mp_master_port', 'must be an integer']),
     ('release_rollback_string', {'dgxspark_release_rollback': 'false'}, ['dgxspark_release_rollback', 'must be a boolean']),
     ('unknown_profile', {'dgxspark_model_profile': 'llama'},
      ['dgxspark_model_profile', 'unknown', 'qwen3_5_397b_a17b_fp8', 'qwen3_vl_235b_a22b_awq']),
@@ -373,6 +379,8 @@ def test_schema_defaults():
     assert resolved['dgxspark_allow_gpu_memory_utilization_above_ceiling'] is False
     assert resolved['dgxspark_mtu'] == 9000
     assert resolved['dgxspark_nccl_transport'] == 'rdma'
+    assert resolved['dgxspark_executor_backend'] == 'ray'
+    assert resolved['dgxspark_mp_master_port'] == 29501
     assert resolved['dgxspark_node_memory_gib'] == 121.7
     assert resolved['dgxspark_node_memory_bandwidth_gbs'] == 273.0
     assert resolved['dgxspark_tensor_parallel_size'] == schema.DEFAULT_NODE_COUNT

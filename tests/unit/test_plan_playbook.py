@@ -177,6 +177,28 @@ def test_plan_refuses_bad_role_variables_all_at_once():
     assert 'sk-not-real' not in output and 'tok-not-real' not in output
 
 
+def test_a_deploy_for_the_mp_backend_is_refused_by_the_plan_with_every_problem_before_any_node_is_touched():
+    """Issue 23: mp is checked like every value and refused while its layout is not built; the deploy stops at the plan
+    (the recap has the controller alone: no task ran on any node; --check and a local connection in case one did)."""
+    import json  # pylint: disable=import-outside-toplevel
+    bad = {'dgxspark_executor_backend': 'mp', 'dgxspark_mp_master_port': 8000,
+           'vllm_container_extra_args': {'ray_workers_use_nsight': True, 'distributed-executor-backend': 'mp'}}
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, 'ansible.cfg'), ANSIBLE_NOCOLOR='1', ANSIBLE_FORCE_COLOR='0')
+    result = subprocess.run([ANSIBLE_PLAYBOOK, os.path.join('playbooks', 'deploy-397b.yml'), '-i', 'inventories/4node',
+                             '--check', '-e', 'ansible_connection=local', '-e', json.dumps(bad)],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    for text in ['The cluster plan is invalid (4 problems)',
+                 'dgxspark_executor_backend is mp: this version of the collection deploys vLLM over Ray only',
+                 'dgxspark_mp_master_port is 8000, the port of vllm_container_port (the vLLM API)',
+                 "vllm_container_extra_args sets ray_workers_use_nsight, an option of vLLM's Ray executor",
+                 'vllm_container_extra_args sets distributed-executor-backend, which dgxspark_executor_backend (mp) sets']:
+        assert text in output, (text, output)
+    recap = output[output.index('PLAY RECAP'):]
+    assert 'localhost' in recap and not any(host in recap for host in ('spark-alpha', 'spark-beta', 'spark-gamma', 'spark-delta')), recap
+
+
 def test_plan_refuses_api_clients_inside_a_rail_subnet():
     """Issue 20: the rails are trusted with every port, so the API's clients must not share their network."""
     import json  # pylint: disable=import-outside-toplevel

@@ -264,3 +264,42 @@ def test_every_bounded_variable_is_a_number_of_its_role():
     assert dict((name, options[name]['type']) for name in ri.NAMES) == dict((name, 'str') for name in ri.NAMES)
     assert (options['ray_cluster_container_name']['default'], options['vllm_container_name']['default']) == \
         ('dgxspark-ray', 'dgxspark-vllm')
+
+
+SITE = 'dgxspark_vllm_site_args'
+
+
+@pytest.mark.parametrize('backend, master_port, values, expected', [
+    # The options the backend owns, in any options map, under either backend.
+    ('ray', 29501, {'vllm_container_extra_args': {'distributed_executor_backend': 'mp'}},
+     ['vllm_container_extra_args sets distributed_executor_backend, which dgxspark_executor_backend (ray) sets for every rank']),
+    ('ray', 29501, {SITE: {'--nnodes': 2, 'node-rank': 1}},
+     ['%s sets --nnodes, which dgxspark_executor_backend (ray)' % SITE, '%s sets node-rank, which' % SITE]),
+    ('mp', 29501, {'vllm_container_site_args': {'master_addr': '10.0.0.1', 'headless': True}},
+     ['vllm_container_site_args sets headless, which dgxspark_executor_backend (mp)',
+      'vllm_container_site_args sets master_addr, which dgxspark_executor_backend (mp)']),
+    # Options only Ray's executor reads: fine with Ray, refused with mp.
+    ('ray', 29501, {'vllm_container_extra_args': {'ray_workers_use_nsight': True}}, []),
+    ('mp', 29501, {'vllm_container_extra_args': {'ray-workers-use-nsight': True}},
+     ["vllm_container_extra_args sets ray-workers-use-nsight, an option of vLLM's Ray executor, but dgxspark_executor_backend is mp"]),
+    # The master port: another service's port is refused with mp, ignored with Ray (no rendezvous opens).
+    ('mp', 8000, {}, ['dgxspark_mp_master_port is 8000, the port of vllm_container_port (the vLLM API)']),
+    ('mp', '9000', {'vllm_container_port': 9000}, ['dgxspark_mp_master_port is 9000, the port of vllm_container_port']),
+    ('ray', 8000, {}, []),
+    ('mp', 29501, {'vllm_container_extra_args': {'max_num_seqs': 8}, SITE: {'enforce_eager': True}}, []),
+    ('mp', 'not a port', {}, []),  # the schema names a master port of the wrong type
+])
+def test_the_executor_backend_owns_its_options(backend, master_port, values, expected):
+    problems = ri.backend_problems({'spark-a': values, 'spark-b': values}, backend, master_port,
+                                   {'vllm_container_port': 8000})
+    assert len(problems) == len(expected), problems
+    for text, problem in zip(sorted(expected), problems):
+        assert problem.startswith(text) and problem.endswith('(set on every node)'), (text, problem)
+
+
+def test_an_owned_option_on_one_node_names_that_node():
+    problems = ri.backend_problems({'spark-a': {}, 'spark-b': {'vllm_container_extra_args': {'master_port': 1}}},
+                                   'ray', 29501, {})
+    assert problems == ['vllm_container_extra_args sets master_port, which dgxspark_executor_backend (ray) sets for every '
+                        'rank: remove it (the backend is chosen with dgxspark_executor_backend, its port with '
+                        'dgxspark_mp_master_port) (set on spark-b)']
