@@ -7,7 +7,50 @@ import sys
 import time
 
 
-def main(path=".build/test-durations.tsv", started_path=".build/test-started"):
+def machine_load(lines):
+    """Summary of `vmstat -t -n INTERVAL` output: mean CPU shares (us, sy, id, wa), the share of samples with the CPU
+    saturated (idle under 5 %), the longest run queue and the least free memory (MiB). The first sample (averages
+    since boot) is left out. None when there is no sample."""
+    header = None
+    samples = []
+    for line in lines:
+        fields = line.split()
+        if "us" in fields and "id" in fields:
+            header = fields
+            continue
+        if header is None or not fields or not fields[0].isdigit():
+            continue
+        samples.append(dict(zip(header, fields)))
+    samples = samples[1:]
+    if not samples:
+        return None
+    count = float(len(samples))
+
+    def mean(key):
+        return sum(int(s.get(key, 0)) for s in samples) / count
+
+    return {
+        "samples": len(samples), "user": mean("us"), "system": mean("sy"), "idle": mean("id"), "iowait": mean("wa"),
+        "saturated": 100.0 * sum(1 for s in samples if int(s["id"]) < 5) / count,
+        "run_queue_max": max(int(s["r"]) for s in samples),
+        "free_mib_min": min(int(s["free"]) for s in samples) // 1024,
+    }
+
+
+def print_machine_load(path):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            load = machine_load(handle)
+    except FileNotFoundError:
+        return
+    if load:
+        print("  machine over the run (%s, %d samples): CPU user %.0f %%, system %.0f %%, idle %.0f %%, waiting on disk "
+              "%.0f %%; no idle CPU in %.0f %% of the samples; run queue up to %d; free memory down to %d MiB"
+              % (path, load["samples"], load["user"], load["system"], load["idle"], load["iowait"], load["saturated"],
+                 load["run_queue_max"], load["free_mib_min"]))
+
+
+def main(path=".build/test-durations.tsv", started_path=".build/test-started", vmstat_path=".build/vmstat.log"):
     try:
         with open(path, encoding="utf-8") as handle:
             rows = [line.rstrip("\n").split("\t") for line in handle if line.strip()]
@@ -24,6 +67,7 @@ def main(path=".build/test-durations.tsv", started_path=".build/test-started"):
         with open(started_path, encoding="utf-8") as handle:
             wall = int(time.time()) - int(handle.read().strip())
         print("  %-*s %6d s  (%.1f min)" % (width, "wall time of the run", wall, wall / 60.0))
+    print_machine_load(vmstat_path)
     return 0
 
 

@@ -35,6 +35,9 @@ wait_for_part() {
 }
 
 t system-deps bash tools/system-deps.sh
+# What holds the run back (CPU, disk, memory), sampled every 15 s; the table at the end sums it up.
+vmstat -t -n 15 > .build/vmstat.log 2>&1 &
+background+=("$!")
 t docker bash lab/ensure-docker.sh
 # labctl needs only Python's standard library: it starts before the project's virtualenv exists.
 t lab-up python3 lab/labctl.py up --nodes 4 --serving > .build/lab-up.log 2>&1 &

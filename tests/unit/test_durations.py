@@ -1,0 +1,56 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""tools/durations.py's summary of what held `make test` back, over real `vmstat -t -n 15` output (procps-ng 4.0.2,
+Debian 12; and the `gu` column later procps versions add)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_SPEC = importlib.util.spec_from_file_location('durations', os.path.join(ROOT, 'tools', 'durations.py'))
+durations = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(durations)
+
+HEADER = ['procs -----------memory---------- ---swap-- -----io---- -system-- ------cpu----- -----timestamp-----',
+          ' r  b   swpd   free   buff  cache   si   so    bi    bo   in   cs us sy id wa st                 UTC']
+# The first sample is the average since boot: never part of the summary.
+SINCE_BOOT = ' 1  0      0 12096596 222360 5007744    0    0   117   863 2017 6471 57 25 18  0  0 2026-11-28 00:12:13'
+BUSY = ' 6  1      0 3096596 222360 5007744    0    0  4117  9863 9017 26471 70 28  1  1  0 2026-11-28 00:12:28'
+WAITING = ' 2  4      0 2048000 222360 5007744    0    0 94117 99863 5017 16471 20 10 30 40  0 2026-11-28 00:12:43'
+IDLE = ' 0  0      0 12096596 222360 5007744    0    0     0    72 6367 14959  2  3 95  0  0 2026-11-28 00:12:58'
+NEWER_HEADER = ' r  b   swpd   free   buff  cache   si   so    bi    bo   in   cs us sy id wa st gu                 UTC'
+
+
+@pytest.mark.parametrize('lines, expected', [
+    (HEADER + [SINCE_BOOT], None),
+    ([], None),
+    (['vmstat: command not found'], None),
+    (HEADER + [SINCE_BOOT, BUSY], {'samples': 1, 'user': 70, 'system': 28, 'idle': 1, 'iowait': 1, 'saturated': 100,
+                                   'run_queue_max': 6, 'free_mib_min': 3024}),
+    (HEADER + [SINCE_BOOT, BUSY, WAITING, IDLE, IDLE],
+     {'samples': 4, 'user': 23.5, 'system': 11, 'idle': 55.25, 'iowait': 10.25, 'saturated': 25, 'run_queue_max': 6,
+      'free_mib_min': 2000}),
+    # A header printed again (vmstat repeats it when it has no -n) starts no new "since boot" sample.
+    (HEADER + [SINCE_BOOT, BUSY] + HEADER + [IDLE],
+     {'samples': 2, 'user': 36, 'system': 15.5, 'idle': 48, 'iowait': 0.5, 'saturated': 50, 'run_queue_max': 6,
+      'free_mib_min': 3024}),
+    ([HEADER[0], NEWER_HEADER, SINCE_BOOT + '  0', WAITING.replace(' 2026', '  0 2026')],
+     {'samples': 1, 'user': 20, 'system': 10, 'idle': 30, 'iowait': 40, 'saturated': 0, 'run_queue_max': 2,
+      'free_mib_min': 2000}),
+])
+def test_what_held_the_run_back(lines, expected):
+    assert durations.machine_load(lines) == expected
+
+
+def test_the_table_ends_with_the_machine_s_load(tmp_path, capsys):
+    (tmp_path / 'durations.tsv').write_text('unit\t118\tok\nfirst lab (ended)\t3996\tok\n', encoding='utf-8')
+    (tmp_path / 'vmstat.log').write_text('\n'.join(HEADER + [SINCE_BOOT, BUSY, IDLE]) + '\n', encoding='utf-8')
+    assert durations.main(str(tmp_path / 'durations.tsv'), str(tmp_path / 'absent'), str(tmp_path / 'vmstat.log')) == 0
+    out = capsys.readouterr().out
+    assert 'sum of the parts' in out and '4114 s' in out
+    assert ('machine over the run (%s, 2 samples): CPU user 36 %%, system 16 %%, idle 48 %%, waiting on disk 0 %%; no idle '
+            'CPU in 50 %% of the samples; run queue up to 6; free memory down to 3024 MiB' % (tmp_path / 'vmstat.log')) in out
