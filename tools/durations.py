@@ -9,8 +9,8 @@ import time
 
 def machine_load(lines):
     """Summary of `vmstat -t -n INTERVAL` output: mean CPU shares (us, sy, id, wa), the share of samples with the CPU
-    saturated (idle under 5 %), the longest run queue and the least free memory (MiB). The first sample (averages
-    since boot) is left out. None when there is no sample."""
+    saturated (idle under 5 %) and the longest run queue. The first sample (averages since boot) is left out. None when
+    there is no sample."""
     header = None
     samples = []
     for line in lines:
@@ -33,7 +33,6 @@ def machine_load(lines):
         "samples": len(samples), "user": mean("us"), "system": mean("sy"), "idle": mean("id"), "iowait": mean("wa"),
         "saturated": 100.0 * sum(1 for s in samples if int(s["id"]) < 5) / count,
         "run_queue_max": max(int(s["r"]) for s in samples),
-        "free_mib_min": min(int(s["free"]) for s in samples) // 1024,
     }
 
 
@@ -45,9 +44,9 @@ def print_machine_load(path):
         return
     if load:
         print("  machine over the run (%s, %d samples): CPU user %.0f %%, system %.0f %%, idle %.0f %%, waiting on disk "
-              "%.0f %%; no idle CPU in %.0f %% of the samples; run queue up to %d; free memory down to %d MiB"
+              "%.0f %%; no idle CPU in %.0f %% of the samples; run queue up to %d"
               % (path, load["samples"], load["user"], load["system"], load["idle"], load["iowait"], load["saturated"],
-                 load["run_queue_max"], load["free_mib_min"]))
+                 load["run_queue_max"]))
 
 
 def main(path=".build/test-durations.tsv", started_path=".build/test-started", vmstat_path=".build/vmstat.log"):
