@@ -64,7 +64,9 @@ class ActionModule(ActionBase):
             'distribute_model': bool(head_vars.get('dgxspark_distribute_model', True)),
             'model_download': bool(head_vars.get('dgxspark_model_download', False)),
             'link_speed_mbps': int(head_vars.get('dgxspark_expected_link_speed_mbps') or 200000),
-            'ports': dict([(int(port), 'Ray %s' % name) for name, port in ports.items() if name not in ('min_worker', 'max_worker')]
+            # With mp no Ray runs; rank 0's rendezvous takes a port of its own.
+            'ports': dict(([(int(plan['mp_master']['port']), 'vLLM mp rendezvous')] if plan.get('mp_master') else
+                           [(int(port), 'Ray %s' % name) for name, port in ports.items() if name not in ('min_worker', 'max_worker')])
                           + [(api_port, 'vLLM API')]),
             'own_containers': [head_vars.get('ray_cluster_container_name') or role_default('ray_cluster', 'ray_cluster_container_name'),
                                head_vars.get('vllm_container_name') or role_default('vllm_container', 'vllm_container_name')],

@@ -8,6 +8,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 from ansible_collections.dgxspark.cluster.plugins.module_utils.vllm_args import (
     VllmArgsError,
+    executor_options as _executor_options,
     vllm_argv,
 )
 
@@ -20,8 +21,16 @@ def vllm_args(options, list_style=None):
         raise AnsibleFilterError(str(exc)) from exc
 
 
+def executor_options(plan, host):
+    """The vLLM options of host's rank that the plan's executor backend decides (documented in executor_options.yml)."""
+    try:
+        return _executor_options(plan, host)
+    except VllmArgsError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
 class FilterModule:
     """Filters that build vLLM command lines."""
 
     def filters(self):
-        return {"vllm_args": vllm_args}
+        return {"vllm_args": vllm_args, "executor_options": executor_options}

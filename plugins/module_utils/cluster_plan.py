@@ -382,17 +382,6 @@ def _revision_problems(values, profile):
                 revision, profile.get('_name'), profile['hf_repo'], profile['hf_repo'])]
 
 
-def _backend_problems(values):
-    """mp is checked like every value (its port, the options only Ray takes: role_inputs), then refused: this version
-    builds Ray's layout only, and deploying Ray's for an inventory that asks for mp would serve something else."""
-    if values.get('dgxspark_executor_backend') != 'mp':
-        return []
-    return ['dgxspark_executor_backend is mp: this version of the collection deploys vLLM over Ray only; the mp layout '
-            '(a vLLM container on every node, rank 0 serving the API, the others --headless with a watchdog for vLLM '
-            '#32136) is designed in docs/design.md ("Executor backends") and not built yet. Set dgxspark_executor_backend '
-            'to ray (the default), or deploy an image with Ray.']
-
-
 def _memory(values, profile, tp, pp):
     """Memory fit, KV room, roofline; returns (dict, problems)."""
     problems = []
@@ -513,7 +502,6 @@ def build_plan(groups, hostvars, profiles, overrides=None):
     problems.extend(_parallel_problems(values, profile, node_count))
     problems.extend(_setting_problems(values, profile))
     problems.extend(_revision_problems(values, profile))
-    problems.extend(_backend_problems(values))
 
     rails = []
     addresses = dict((host, {}) for host in order)
@@ -561,6 +549,9 @@ def build_plan(groups, hostvars, profiles, overrides=None):
         'mtu': values['dgxspark_mtu'],
         'nccl_transport': values['dgxspark_nccl_transport'],
         'executor_backend': values['dgxspark_executor_backend'],
+        # With mp, every rank meets rank 0 (the head) at its rail-1 address.
+        'mp_master': ({'address': nodes[0]['rail_addresses'][rails[0]['name']], 'port': values['dgxspark_mp_master_port']}
+                      if values['dgxspark_executor_backend'] == 'mp' else None),
         'rails': [{'name': r['name'], 'interface': r['interface'], 'subnet': str(r['net']),
                    'prefixlen': r['net'].prefixlen, 'address_offset': r['address_offset']} for r in rails],
         'memory': memory,
@@ -611,7 +602,8 @@ def render_plan_table(plan):
         'Decode roofline (one stream): %.0f GB/s / (%.2f GB active weights / TP %d) = %.1f tok/s' % (
             dec['bandwidth_gbs'], dec['active_weight_gb'], plan['tensor_parallel_size'], dec['roofline_tok_s']),
         'Network: MTU %d, NCCL transport %s' % (plan['mtu'], plan['nccl_transport']),
-        'Executor: %s' % EXECUTOR_LAYOUTS[plan['executor_backend']],
+        'Executor: %s%s' % (EXECUTOR_LAYOUTS[plan['executor_backend']],
+                            ', rendezvous %(address)s:%(port)d' % plan['mp_master'] if plan.get('mp_master') else ''),
         'Model revision: %s' % plan['model_revision'],
     ])
     for patch in plan.get('patches') or []:

@@ -144,20 +144,26 @@ def docker_network_overlaps(networks, rails):
 
 def _image_versions(report, host, image, expect, plan):
     refusals = []
-    if not image.get('errors') and plan.get('patches'):
+    # With vLLM's own multi-node backend (mp) no Ray runs: an image without it (NVIDIA's NGC images) is fine.
+    ray = plan.get('executor_backend', 'ray') == 'ray'
+    errors = [e for e in image.get('errors') or [] if ray or not e.startswith('ray ')]
+    if not errors and plan.get('patches'):
         try:
             refusals = version_problems(plan.get('model_profile'), plan['patches'], image.get('vllm_version'))
         except ValueError as exc:
             refusals = [str(exc)]
-    if image.get('errors'):
-        report.problem(host, 'image', '; '.join(image['errors']), '`ray --version` and `vllm --version` to answer in %s' % expect['image'],
-                       'use a serving image with Ray and vLLM (dgxspark_serving_image)')
+    if errors:
+        report.problem(host, 'image', '; '.join(errors), '%s to answer in %s' % (
+            '`ray --version` and `vllm --version`' if ray else '`vllm --version`', expect['image']),
+            'use a serving image with %s (dgxspark_serving_image)' % ('Ray and vLLM' if ray else 'vLLM'))
     elif refusals:
         report.problem(host, 'image', 'vLLM %s' % image.get('vllm_version'), 'the vLLM the profile\'s patches were written for (%s)' % (
             '; '.join(refusals)), 'use an image whose vLLM the patches cover (dgxspark_serving_image), or a profile whose patches '
                                   'cover this vLLM (docs/profiles.md)')
-    else:
+    elif ray:
         report.ok(host, 'image', 'vLLM %s Ray %s' % (image.get('vllm_version'), image.get('ray_version')))
+    else:
+        report.ok(host, 'image', 'vLLM %s' % image.get('vllm_version'))
 
 
 def _image(report, hosts, nodes, expect, head, plan):

@@ -221,3 +221,18 @@ def vllm_argv(options, list_style=None):
         key, value = normalized[option]
         argv.extend(_render(option, key, value, styles))
     return argv
+
+
+def executor_options(plan, host):
+    """The vLLM options of ``host``'s rank that the plan's executor backend decides: with Ray, the backend alone (the
+    head's vLLM places every rank through Ray); with mp, the group's size, the host's rank, rank 0's rendezvous and,
+    on every node but the head, --headless."""
+    backend = plan.get('executor_backend', 'ray')
+    if backend == 'ray':
+        return {'distributed_executor_backend': 'ray'}
+    ranks = dict((node['host'], node['rank']) for node in plan['nodes'])
+    if host not in ranks:
+        raise VllmArgsError('executor_options: %s is not a node of the plan (%s)' % (host, ', '.join(sorted(ranks))))
+    return {'distributed_executor_backend': 'mp', 'nnodes': len(ranks), 'node_rank': ranks[host],
+            'master_addr': plan['mp_master']['address'], 'master_port': plan['mp_master']['port'],
+            'headless': ranks[host] != 0}

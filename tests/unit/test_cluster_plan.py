@@ -160,8 +160,6 @@ REJECTIONS = [
     ('release_keep_one', {'dgxspark_release_keep': 1}, ['dgxspark_release_keep', 'at least 2']),
     ('backend_misspelled', {'dgxspark_executor_backend': 'rya'}, ["dgxspark_executor_backend is 'rya' (did you mean ray?)", 'ray, mp']),
     ('backend_unknown', {'dgxspark_executor_backend': 'slurm'}, ["dgxspark_executor_backend is 'slurm'; it must be one of: ray, mp"]),
-    ('backend_mp_not_built', {'dgxspark_executor_backend': 'mp'},
-     ['dgxspark_executor_backend is mp', 'deploys vLLM over Ray only', 'Set dgxspark_executor_backend to ray']),
     ('master_port_privileged', {'dgxspark_mp_master_port': 80}, ['dgxspark_mp_master_port', 'at least 1024']),
     ('master_port_string', {'dgxspark_mp_master_port': '29501'}, ['dgxspark_mp_master_port', 'must be an integer']),
     ('release_rollback_string', {'dgxspark_release_rollback': 'false'}, ['dgxspark_release_rollback', 'must be a boolean']),
@@ -436,3 +434,17 @@ def test_profiles_cover_seed_models():
     assert set(PROFILES) >= {'qwen3_5_397b_a17b_fp8', 'qwen3_5_379b_nvfp4', 'qwen3_vl_235b_a22b_awq', 'qwen3_5_397b_a17b_int4_autoround'}
     assert PROFILES['qwen3_5_379b_nvfp4']['published'] is False
     assert 'quantization' not in PROFILES['qwen3_5_379b_nvfp4']['vllm_options']
+
+
+@pytest.mark.parametrize('backend, port, master, line', [
+    ('ray', 29501, None, 'Executor: ray (a Ray container on every node; vLLM on the head, --distributed-executor-backend ray)'),
+    ('mp', 29501, {'address': '192.168.100.10', 'port': 29501},
+     "Executor: mp (vLLM's own multi-node backend: vLLM on every node, rank 0 serving the API, the others --headless), "
+     "rendezvous 192.168.100.10:29501"),
+    ('mp', 31000, {'address': '192.168.100.10', 'port': 31000}, 'rendezvous 192.168.100.10:31000'),
+])
+def test_with_mp_every_rank_meets_the_head_at_its_rail_1_address(backend, port, master, line):
+    groups, hostvars = cluster(dgxspark_executor_backend=backend, dgxspark_mp_master_port=port)
+    plan = cp.build_plan(groups, hostvars, PROFILES)
+    assert plan['executor_backend'] == backend and plan['mp_master'] == master
+    assert any(line in text for text in cp.render_plan_table(plan)), cp.render_plan_table(plan)

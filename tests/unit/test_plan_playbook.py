@@ -177,9 +177,9 @@ def test_plan_refuses_bad_role_variables_all_at_once():
     assert 'sk-not-real' not in output and 'tok-not-real' not in output
 
 
-def test_a_deploy_for_the_mp_backend_is_refused_by_the_plan_with_every_problem_before_any_node_is_touched():
-    """Issue 23: mp is checked like every value and refused while its layout is not built; the deploy stops at the plan
-    (the recap has the controller alone: no task ran on any node; --check and a local connection in case one did)."""
+def test_a_deploy_for_the_mp_backend_with_bad_options_is_refused_by_the_plan_before_any_node_is_touched():
+    """Issue 23: the options mp cannot take are refused with every other problem; the deploy stops at the plan (the recap
+    has the controller alone: no task ran on any node; --check and a local connection in case one did)."""
     import json  # pylint: disable=import-outside-toplevel
     bad = {'dgxspark_executor_backend': 'mp', 'dgxspark_mp_master_port': 8000,
            'vllm_container_extra_args': {'ray_workers_use_nsight': True, 'distributed-executor-backend': 'mp'}}
@@ -189,8 +189,7 @@ def test_a_deploy_for_the_mp_backend_is_refused_by_the_plan_with_every_problem_b
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
     output = result.stdout + result.stderr
     assert result.returncode != 0, output
-    for text in ['The cluster plan is invalid (4 problems)',
-                 'dgxspark_executor_backend is mp: this version of the collection deploys vLLM over Ray only',
+    for text in ['The cluster plan is invalid (3 problems)',
                  'dgxspark_mp_master_port is 8000, the port of vllm_container_port (the vLLM API)',
                  "vllm_container_extra_args sets ray_workers_use_nsight, an option of vLLM's Ray executor",
                  'vllm_container_extra_args sets distributed-executor-backend, which dgxspark_executor_backend (mp) sets']:

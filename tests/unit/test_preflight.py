@@ -199,3 +199,33 @@ def test_an_image_outside_the_profile_patches_vllm_range_is_refused_on_every_nod
         'patches/p.py applies to vLLM >=0.34, but the image has vLLM 0.33.0; refusing to start it)')
     plan['patches'][0]['vllm'] = '>=0.33,<0.34'
     assert preflight.evaluate(plan, EXPECT, nodes())['ok']
+
+
+def without_ray(node):
+    # What serving_image_versions reports for NVIDIA's NGC image: vLLM installed, no Ray (real message shape).
+    node['image'].update(ray_version='', errors=["ray --version in sha256:%s exited 127: docker: Error response from daemon: "
+                                                 "failed to create task for container: exec: \"ray\": executable file not found "
+                                                 "in $PATH" % ('c' * 64)])
+
+
+@pytest.mark.parametrize('backend, problems, row', [
+    ('ray', ['spark-alpha: image: found ray --version in sha256:', 'expected `ray --version` and `vllm --version` to answer',
+             'use a serving image with Ray and vLLM'], None),
+    ('mp', [], 'vLLM 0.33.0'),
+])
+def test_an_image_without_ray_serves_only_vllm_s_own_multi_node_backend(backend, problems, row):
+    plan = dict(PLAN, executor_backend=backend)
+    report = preflight.evaluate(plan, EXPECT, nodes(**dict((h.replace('-', '_'), without_ray) for h in HOSTS)))
+    assert len(report['problems']) == (4 if problems else 0), report['problems']
+    for fragment in problems:
+        assert fragment in report['problems'][0], (fragment, report['problems'][0])
+    if row:
+        assert [r['image'] for r in report['rows']] == [row] * 4
+
+
+def test_an_image_without_vllm_is_refused_with_either_backend():
+    def without_vllm(node):
+        node['image'].update(vllm_version='', errors=['vllm --version in sha256:%s exited 127: not found' % ('c' * 64)])
+    report = preflight.evaluate(dict(PLAN, executor_backend='mp'), EXPECT, nodes(spark_alpha=without_vllm))
+    assert report['problems'][0].startswith('spark-alpha: image: found vllm --version in sha256:')
+    assert 'use a serving image with vLLM (dgxspark_serving_image)' in report['problems'][0]

@@ -302,3 +302,29 @@ def test_filter_raises_ansible_filter_error(options, list_style, fragments):
         vllm_args(options, list_style)
     for fragment in fragments:
         assert fragment in str(exc.value)
+
+
+# ---------------------------------------------------------------- executor_options (issue 23)
+
+def four_node_plan(backend, port=29501):
+    nodes = [{'host': host, 'rank': rank, 'rail_addresses': {'rail1': '192.168.100.%d' % (10 + rank)}}
+             for rank, host in enumerate(['spark-alpha', 'spark-beta', 'spark-gamma', 'spark-delta'])]
+    return {'executor_backend': backend, 'nodes': nodes,
+            'mp_master': {'address': '192.168.100.10', 'port': port} if backend == 'mp' else None}
+
+
+@pytest.mark.parametrize('backend, host, argv', [
+    ('ray', 'spark-alpha', ['--distributed-executor-backend', 'ray']),
+    ('mp', 'spark-alpha', ['--distributed-executor-backend', 'mp', '--master-addr', '192.168.100.10', '--master-port', '29501',
+                           '--nnodes', '4', '--node-rank', '0']),
+    ('mp', 'spark-gamma', ['--distributed-executor-backend', 'mp', '--headless', '--master-addr', '192.168.100.10',
+                           '--master-port', '29501', '--nnodes', '4', '--node-rank', '2']),
+])
+def test_the_executor_backend_gives_each_rank_its_options(backend, host, argv):
+    filters = FilterModule().filters()
+    assert vllm_args(filters['executor_options'](four_node_plan(backend), host)) == argv
+
+
+def test_a_host_outside_the_plan_has_no_rank():
+    with pytest.raises(AnsibleFilterError, match='spark-omega is not a node of the plan'):
+        FilterModule().filters()['executor_options'](four_node_plan('mp'), 'spark-omega')

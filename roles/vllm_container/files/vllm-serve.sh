@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# dgxspark.cluster vllm_container: the main process of the vLLM container on the head (entrypoint).
-#   vllm-serve.sh serve MODEL --distributed-executor-backend ray ...   (the vllm command line, no secret in it)
+# dgxspark.cluster vllm_container: the main process of a vLLM container (entrypoint): the head's with Ray, every node's
+# with vLLM's own multi-node backend (DGXSPARK_EXECUTOR=mp).
+#   vllm-serve.sh serve MODEL --distributed-executor-backend ray|mp ...   (the vllm command line, no secret in it)
 # 1. writes $VLLM_CONFIG_ROOT/ray_non_carry_over_env_vars.json from DGXSPARK_RAY_NON_CARRY_OVER: the names vLLM's Ray
 #    executor must not copy from this driver to the workers (per-host values, secrets);
-# 2. waits until the Ray cluster can place the engine's GPUs at once (dgxspark_ray_ready.py: the same ready nodes at
+# 2. with Ray, waits until the Ray cluster can place the engine's GPUs at once (dgxspark_ray_ready.py: the same ready nodes at
 #    two polls, none draining or listed twice; for up to DGXSPARK_SETTLE_S, 60 s, none listed alive without answering):
 #    a placement group made while a worker restarts can wait forever (seen in the lab with Ray 2.60);
 # 3. reads the API key (and nothing else secret) from the mounted 0600 file, so it never appears in argv,
 #    `docker inspect` or the log;
-# 4. puts the API guard on PYTHONPATH (vLLM imports it for --middleware) and becomes vllm.
+# 4. puts the API guard on PYTHONPATH (vLLM imports it for --middleware) and becomes vllm; a headless rank of mp becomes
+#    dgxspark_rank_watch.py with vllm as its child (DGXSPARK_RANK_WATCH: rank 0's rendezvous, HOST:PORT).
 # Before all this it checks and applies the model profile's patches, when it has any. Docker's restart policy starts it
 # again when it exits.
 set -u
@@ -18,10 +20,12 @@ if [ -n "${DGXSPARK_PATCHES:-}" ]; then
 fi
 mkdir -p "${VLLM_CONFIG_ROOT:?VLLM_CONFIG_ROOT is not set}"
 printf '%s\n' "${DGXSPARK_RAY_NON_CARRY_OVER:-[]}" > "$VLLM_CONFIG_ROOT/ray_non_carry_over_env_vars.json"
-need=${DGXSPARK_VLLM_GPUS:?DGXSPARK_VLLM_GPUS (GPUs the engine needs) is not set}
 
 # The engine's placement group only once the cluster can take it at once (dgxspark_ray_ready.py says why it waits).
-python3 "${DGXSPARK_PYTHON_DIR:?DGXSPARK_PYTHON_DIR is not set}/dgxspark_ray_ready.py" "$need" "${DGXSPARK_SETTLE_S:-60}" || exit 1
+if [ "${DGXSPARK_EXECUTOR:-ray}" = ray ]; then
+    need=${DGXSPARK_VLLM_GPUS:?DGXSPARK_VLLM_GPUS (GPUs the engine needs) is not set}
+    python3 "${DGXSPARK_PYTHON_DIR:?DGXSPARK_PYTHON_DIR is not set}/dgxspark_ray_ready.py" "$need" "${DGXSPARK_SETTLE_S:-60}" || exit 1
+fi
 
 if [ -n "${DGXSPARK_API_KEY_FILE:-}" ]; then
     if [ ! -s "$DGXSPARK_API_KEY_FILE" ]; then
@@ -33,4 +37,8 @@ if [ -n "${DGXSPARK_API_KEY_FILE:-}" ]; then
 fi
 # The API guard (--middleware dgxspark_api_guard.KeyOnEveryRoute: the key on every route, not only /v1).
 export PYTHONPATH="$DGXSPARK_PYTHON_DIR${PYTHONPATH:+:$PYTHONPATH}"
+# A headless rank (mp) under its watch: it ends when rank 0's rendezvous is gone (vLLM #32136), and Docker starts it again.
+if [ -n "${DGXSPARK_RANK_WATCH:-}" ]; then
+    exec python3 "$DGXSPARK_PYTHON_DIR/dgxspark_rank_watch.py" "${DGXSPARK_RANK_WATCH%:*}" "${DGXSPARK_RANK_WATCH##*:}" -- vllm "$@"
+fi
 exec vllm "$@"
