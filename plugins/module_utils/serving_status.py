@@ -276,6 +276,9 @@ def build_serving_status(plan, probes, vllm=None, membership=None, unreachable=N
     served_model_name = served_model_name or plan.get('served_model_name') or (vllm or {}).get('served_model_name') or (
         ((vllm or {}).get('invocation') or {}).get('module_args') or {}).get('served_model_name')
     head = plan.get('head') or next((n['host'] for n in nodes if n['role'] == 'head'), nodes[0]['host'] if nodes else None)
+    # With vLLM's own multi-node backend (mp) each node's probe is of its vLLM rank's container; there is no Ray.
+    mp = plan.get('executor_backend') == 'mp'
+    kind = 'vLLM rank' if mp else 'Ray'
     problems = []
 
     for host in unreachable:
@@ -310,23 +313,25 @@ def build_serving_status(plan, probes, vllm=None, membership=None, unreachable=N
             container = _container_of(probes.get(host))
             cell = _container_cell(container)
             if container is None:
-                problems.append('The Ray container of %s was not probed%s: check why the status playbook skipped it.' % (
-                    host, _not_probed_reason(probes.get(host))))
+                problems.append('The %s container of %s was not probed%s: check why the status playbook skipped it.' % (
+                    kind, host, _not_probed_reason(probes.get(host))))
             elif not container.get('exists'):
-                problems.append('The Ray container does not exist on %s: start the cluster with the serving role.' % host)
+                problems.append('The %s container does not exist on %s: start the cluster with the serving role.' % (kind, host))
             else:
-                _container_problems('Ray', host, container, probes.get(host), problems, 10,
+                _container_problems(kind, host, container, probes.get(host), problems, 10,
                                     healthy=None if membership is None else ray_state.get(host, '').startswith('alive'), notes=notes)
         row = {
             'host': host, 'rank': node['rank'], 'role': node['role'], 'ray_container': cell,
-            'ray': ray_state.get(host, '?' if membership is None else 'missing'),
+            'ray': '-' if mp else ray_state.get(host, '?' if membership is None else 'missing'),
             'vllm_health': vllm_health if host == head else '-',
             'served_model': vllm_model if host == head else '-',
             'uptime': _uptime(container, current),
         }
         rows.append(row)
 
-    if membership is None:
+    if mp:
+        pass  # no Ray: each rank's container above, and the engine's answer below
+    elif membership is None:
         if head not in unreachable:
             problems.append('The Ray membership is unknown: the Ray node list could not be read on the head (%s); check its Ray container '
                             'and run `ray status` in it.' % head)
@@ -335,10 +340,15 @@ def build_serving_status(plan, probes, vllm=None, membership=None, unreachable=N
     problems.extend(vllm_problems)
     problems.extend(_firewall_problems(nodes, firewall, unreachable))
 
-    header = ('node', 'rank', 'role', 'ray container', 'Ray', 'vLLM health', 'served model', 'uptime')
+    header = ('node', 'rank', 'role', 'rank container' if mp else 'ray container', 'Ray', 'vLLM health', 'served model', 'uptime')
     table = _render(header, [(r['host'], str(r['rank']), r['role'], r['ray_container'], r['ray'], r['vllm_health'], r['served_model'],
                               r['uptime']) for r in rows])
-    table.append('Ray: %s' % (membership.get('summary') if membership is not None else 'membership unknown'))
+    if mp:
+        master = plan.get('mp_master') or {}
+        table.append("Ranks: vLLM's own multi-node backend (mp), %d nodes, rendezvous %s:%s" % (
+            len(nodes), master.get('address', '?'), master.get('port', '?')))
+    else:
+        table.append('Ray: %s' % (membership.get('summary') if membership is not None else 'membership unknown'))
     if vllm_line:
         uptime = _uptime(_container_of(vllm), current) if vllm is not None and head not in unreachable else '-'
         table.append(vllm_line + ('; up %s' % uptime if uptime != '-' else ''))

@@ -337,3 +337,31 @@ def test_an_unreachable_node_s_firewall_is_not_a_second_problem():
 def test_firewall_must_be_a_mapping():
     with pytest.raises(ServingStatusError, match='firewall'):
         build_serving_status(firewall=['x'], **healthy())
+
+
+# ---------------------------------------------------------------- vLLM's own multi-node backend (issue 23)
+
+def mp_status(**changes):
+    mp_plan = dict(plan(), executor_backend='mp', mp_master={'address': '192.168.100.10', 'port': 29501})
+    probes = dict((h, ray_probe(name='dgxspark-vllm')) for h in HOSTS)
+    for host, probe in changes.items():
+        probes[host.replace('_', '-')] = probe
+    return build_serving_status(mp_plan, probes, vllm=vllm_probe(), membership=None, unreachable=[], now=NOW,
+                                served_model_name='qwen3')
+
+
+def test_with_mp_each_node_shows_its_vllm_rank_and_no_ray_is_asked_for():
+    status = mp_status()
+    assert status['ok'] is True, status['problems']
+    assert status['table'][0].split() == ['node', 'rank', 'role', 'rank', 'container', 'Ray', 'vLLM', 'health', 'served', 'model',
+                                          'uptime']
+    assert status['table'][4].split() == ['spark-gamma', '2', 'worker', 'running', '-', '-', '-', '2h03m']
+    assert "Ranks: vLLM's own multi-node backend (mp), 4 nodes, rendezvous 192.168.100.10:29501" in status['table']
+    assert not any(line.startswith('Ray:') for line in status['table'])
+
+
+def test_with_mp_a_stopped_headless_rank_is_named():
+    status = mp_status(spark_delta=ray_probe(name='dgxspark-vllm', status='exited', running=False, exit_code=1))
+    assert not status['ok']
+    assert status['problems'] == ['The vLLM rank container dgxspark-vllm on spark-delta is not running (status exited, exit '
+                                  'code 1).\nRead `docker logs dgxspark-vllm` on spark-delta and start it again with the serving role.']
