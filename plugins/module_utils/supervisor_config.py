@@ -5,7 +5,8 @@
 each node is reached, and what memory each node needs before the group starts again.
 
 Pure logic, stdlib only. The group is every rank's container in rank order (the head's first: Ray's head must be up
-before its workers join), then the engine on the head. The supervisor reaches the other nodes over rail 1, the
+before its workers join), then the engine on the head; with vLLM's own multi-node backend (mp) the workers' vLLM
+containers (headless ranks), then the head's (rank 0, the engine). The supervisor reaches the other nodes over rail 1, the
 network the group itself needs; the head is reached directly. Memory: the plan's per-node budget (vLLM's share of
 the node's memory: weights, KV cache and overhead), the figure preflight checks before a deploy.
 """
@@ -45,7 +46,11 @@ def supervisor_config(plan, settings):
         if not address:
             raise SupervisorConfigError('node %s has no address on rail %s in the plan' % (node['host'], rail))
         targets[node['host']] = {'address': address}
-    group = [{'node': node['host'], 'container': settings['rank_container']} for node in nodes]
+    if plan.get('executor_backend') == 'mp':
+        # vLLM's own multi-node backend: the workers' headless ranks, then rank 0 on the head (the engine, with the API).
+        group = [{'node': node['host'], 'container': settings['engine_container']} for node in nodes[1:]]
+    else:
+        group = [{'node': node['host'], 'container': settings['rank_container']} for node in nodes]
     group.append({'node': plan['head'], 'container': settings['engine_container'], 'engine': True})
     config = dict((key, settings[key]) for key in ('url', 'api_key_file', 'model', 'state_dir', 'node_ctl', 'ssh'))
     for key in ('interval_s', 'deadline_s', 'failures_to_restart', 'grace_s', 'stall_s', 'budget_restarts',
@@ -60,8 +65,12 @@ def supervisor_config(plan, settings):
 
 
 def node_ctl_config(host, plan, settings):
-    """What dgxspark_node_ctl.py may touch on `host`: its rank container, and the engine on the head."""
-    containers = [settings['rank_container']]
-    if host == plan.get('head'):
-        containers.append(settings['engine_container'])
+    """What dgxspark_node_ctl.py may touch on `host`: its rank container, and the engine on the head (with mp, the
+    vLLM container of every node, which is its rank)."""
+    if plan.get('executor_backend') == 'mp':
+        containers = [settings['engine_container']]
+    else:
+        containers = [settings['rank_container']]
+        if host == plan.get('head'):
+            containers.append(settings['engine_container'])
     return {'containers': containers, 'meminfo': settings['meminfo'], 'stop_timeout_s': int(settings['stop_timeout_s'])}

@@ -73,3 +73,17 @@ def test_the_node_command_touches_the_node_s_own_containers_only(host, container
     settings = dict(SETTINGS, meminfo="/proc/meminfo", stop_timeout_s="30")
     assert node_ctl_config(host, PLAN, settings) == {"containers": containers, "meminfo": "/proc/meminfo",
                                                      "stop_timeout_s": 30}
+
+
+def test_with_mp_the_group_is_the_headless_ranks_then_rank_0_and_the_core_accepts_it():
+    config = supervisor_config(_plan(executor_backend="mp"), SETTINGS)
+    assert config["group"] == [
+        {"node": "spark-beta", "container": "dgxspark-vllm"}, {"node": "spark-gamma", "container": "dgxspark-vllm"},
+        {"node": "spark-delta", "container": "dgxspark-vllm"}, {"node": "spark-alpha", "container": "dgxspark-vllm", "engine": True}]
+    assert core.check_config(config) == []
+
+
+@pytest.mark.parametrize("host", ["spark-alpha", "spark-delta"])
+def test_with_mp_the_node_command_touches_the_node_s_vllm_rank_only(host):
+    settings = dict(SETTINGS, meminfo="/proc/meminfo", stop_timeout_s="30")
+    assert node_ctl_config(host, _plan(executor_backend="mp"), settings)["containers"] == ["dgxspark-vllm"]
