@@ -8,6 +8,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 from ansible_collections.dgxspark.cluster.plugins.module_utils.vllm_args import (
     VllmArgsError,
+    executor_environment as _executor_environment,
     executor_options as _executor_options,
     vllm_argv,
 )
@@ -29,8 +30,16 @@ def executor_options(plan, host):
         raise AnsibleFilterError(str(exc)) from exc
 
 
+def executor_environment(plan, host):
+    """vllm-serve.sh's environment for host's rank (documented in executor_environment.yml)."""
+    try:
+        return _executor_environment(plan, host)
+    except VllmArgsError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
 class FilterModule:
     """Filters that build vLLM command lines."""
 
     def filters(self):
-        return {"vllm_args": vllm_args, "executor_options": executor_options}
+        return {"vllm_args": vllm_args, "executor_options": executor_options, "executor_environment": executor_environment}

@@ -236,3 +236,16 @@ def executor_options(plan, host):
     return {'distributed_executor_backend': 'mp', 'nnodes': len(ranks), 'node_rank': ranks[host],
             'master_addr': plan['mp_master']['address'], 'master_port': plan['mp_master']['port'],
             'headless': ranks[host] != 0}
+
+
+def executor_environment(plan, host):
+    """What vllm-serve.sh needs of the executor backend in ``host``'s vLLM container: with Ray, the GPUs to wait for
+    (the head's container; the engine places them all); with mp, the backend, and on a headless rank rank 0's rendezvous
+    that its watch connects to (dgxspark_rank_watch.py, vLLM #32136)."""
+    options = executor_options(plan, host)
+    if options['distributed_executor_backend'] == 'ray':
+        return {'DGXSPARK_VLLM_GPUS': str(plan.get('gpus', len(plan['nodes'])))}
+    env = {'DGXSPARK_EXECUTOR': 'mp'}
+    if options['headless']:
+        env['DGXSPARK_RANK_WATCH'] = '%s:%d' % (options['master_addr'], int(options['master_port']))
+    return env

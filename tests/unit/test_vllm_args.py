@@ -328,3 +328,13 @@ def test_the_executor_backend_gives_each_rank_its_options(backend, host, argv):
 def test_a_host_outside_the_plan_has_no_rank():
     with pytest.raises(AnsibleFilterError, match='spark-omega is not a node of the plan'):
         FilterModule().filters()['executor_options'](four_node_plan('mp'), 'spark-omega')
+
+
+@pytest.mark.parametrize('backend, host, env', [
+    ('ray', 'spark-alpha', {'DGXSPARK_VLLM_GPUS': '4'}),
+    ('mp', 'spark-alpha', {'DGXSPARK_EXECUTOR': 'mp'}),
+    ('mp', 'spark-delta', {'DGXSPARK_EXECUTOR': 'mp', 'DGXSPARK_RANK_WATCH': '192.168.100.10:29501'}),
+])
+def test_the_start_script_knows_the_backend_and_a_headless_rank_its_rendezvous(backend, host, env):
+    plan = dict(four_node_plan(backend), gpus=4)
+    assert FilterModule().filters()['executor_environment'](plan, host) == env
