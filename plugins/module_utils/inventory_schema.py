@@ -70,7 +70,7 @@ CLUSTER_VARIABLES = (
      'description': "How vLLM's ranks span the nodes: ray (a Ray container on every node, vLLM on the head with "
                     "--distributed-executor-backend ray) or mp (vLLM's own multi-node backend: vLLM on every node, rank 0 "
                     "serving the API, the others --headless, no Ray; the layout of NVIDIA's NGC images, which ship "
-                    "without Ray). This version deploys ray; mp is checked and refused until its layout lands."},
+                    "without Ray)."},
     {'name': 'dgxspark_mp_master_port', 'type': 'int', 'default': 29501, 'min': 1024, 'max': 65535,
      'description': "With dgxspark_executor_backend mp: the port of rank 0's rendezvous (vLLM --master-port, a torch "
                     "TCPStore on the head's rail-1 address); open only on the rails."},
