@@ -17,7 +17,6 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils.cluster_plan impo
 )
 from ansible_collections.dgxspark.cluster.plugins.module_utils.inventory_schema import (
     cluster_variable_names,
-    get_variable,
     host_variable_names,
 )
 from ansible_collections.dgxspark.cluster.plugins.module_utils.profile_schema import site_patches
@@ -81,17 +80,6 @@ def port_defaults(specs):
     ray = dict((options.get('ray_cluster_ports') or {}).get('default') or {})
     single = dict((name, (options.get(name) or {}).get('default')) for name, _what in role_inputs.SINGLE_PORTS)
     return ray, single
-
-
-def executor_choice(node_vars, node_hosts, overrides):
-    """(backend, master port) as the inventory (the first node; the plan checks that every node agrees) and the
-    overrides give them, else their defaults."""
-    given = dict(node_vars.get(node_hosts[0]) or {}) if node_hosts else {}
-    given.update(overrides)
-    backend = given.get('dgxspark_executor_backend')
-    port = given.get('dgxspark_mp_master_port')
-    return (str(backend) if backend is not None else get_variable('dgxspark_executor_backend')['default'],
-            port if port is not None else get_variable('dgxspark_mp_master_port')['default'])
 
 
 class ActionModule(ActionBase):
@@ -158,8 +146,6 @@ class ActionModule(ActionBase):
         problems.extend(role_inputs.port_problems(role_values, *port_defaults(specs)))
         network_problems, network_warnings = role_inputs.api_network_problems(role_values)
         problems.extend(network_problems)
-        backend, master_port = executor_choice(node_vars, node_hosts, args.get('overrides') or {})
-        problems.extend(role_inputs.backend_problems(role_values, backend, master_port, port_defaults(specs)[1]))
         plan_groups = {'head': list(groups.get('head') or []), 'workers': list(groups.get('workers') or [])}
         try:
             plan = build_plan(plan_groups, node_vars, profiles, overrides=args.get('overrides') or {})
@@ -177,6 +163,9 @@ class ActionModule(ActionBase):
                 dict((host, values['ansible_host']) for host, values in role_values.items() if 'ansible_host' in values),
                 plan['rails']))
             problems.extend(role_inputs.api_rail_overlap_problems(role_values, plan['rails']))
+            # The backend and its rendezvous as the plan resolved them (inventory, overrides, defaults).
+            problems.extend(role_inputs.backend_problems(role_values, plan['executor_backend'],
+                                                         plan['variables']['dgxspark_mp_master_port'], port_defaults(specs)[1]))
         problems.extend(self._secrets_dir_problems(hostvars, plan_groups['head']))
         result['changed'] = False
         if problems:
