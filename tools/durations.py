@@ -6,6 +6,11 @@ import os
 import sys
 import time
 
+# Where the CPU time of every Docker container (the lab's nodes, and the serving containers inside them) adds up:
+# cgroup v1's cpuacct (nanoseconds), or cgroup v2 with Docker's cgroupfs driver (microseconds).
+CONTAINER_CPU_FILES = (("/sys/fs/cgroup/cpuacct/docker/cpuacct.usage", 1e-9),
+                       ("/sys/fs/cgroup/docker/cpu.stat", 1e-6))
+
 
 def machine_load(lines):
     """Summary of `vmstat -t -n INTERVAL` output: mean CPU shares (us, sy, id, wa), the share of samples with the CPU
@@ -36,6 +41,66 @@ def machine_load(lines):
     }
 
 
+def machine_busy_seconds(proc_stat, ticks_per_second=100):
+    """CPU-seconds the machine spent busy since boot, from /proc/stat's `cpu` line (user, nice, system, irq, softirq,
+    steal; idle and iowait left out)."""
+    for line in proc_stat.splitlines():
+        fields = line.split()
+        if fields and fields[0] == "cpu":
+            values = [int(v) for v in fields[1:9]] + [0] * 8
+            return float(sum(values[i] for i in (0, 1, 2, 5, 6, 7))) / ticks_per_second
+    return None
+
+
+def container_seconds(text, scale):
+    """CPU-seconds in a cgroup usage file: cpuacct.usage (one number) or cpu.stat (its usage_usec line)."""
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) == 1 and fields[0].isdigit():
+            return int(fields[0]) * scale
+        if len(fields) == 2 and fields[0] == "usage_usec":
+            return int(fields[1]) * scale
+    return None
+
+
+def cpu_counters():
+    """'machine containers' CPU-seconds now (containers '-' where no cgroup file is readable)."""
+    with open("/proc/stat", encoding="utf-8") as handle:
+        machine = machine_busy_seconds(handle.read(), os.sysconf("SC_CLK_TCK"))
+    containers = None
+    for path, scale in CONTAINER_CPU_FILES:
+        try:
+            with open(path, encoding="utf-8") as handle:
+                containers = container_seconds(handle.read(), scale)
+        except OSError:
+            continue
+        if containers is not None:
+            break
+    return "%.2f %s" % (machine, "-" if containers is None else "%.2f" % containers)
+
+
+def cpu_split(start, end):
+    """What the run's CPU went to, from two cpu_counters() readings: {'machine': s, 'containers': s or None}."""
+    (machine0, containers0), (machine1, containers1) = start.split(), end.split()
+    containers = None if "-" in (containers0, containers1) else float(containers1) - float(containers0)
+    return {"machine": float(machine1) - float(machine0), "containers": containers}
+
+
+def print_cpu_split(path, wall):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            start = handle.read().strip()
+    except FileNotFoundError:
+        return
+    split = cpu_split(start, cpu_counters())
+    line = "  CPU over the run: %.0f CPU-s of the %.0f that %d cores offer" % (split["machine"], wall * os.cpu_count(),
+                                                                               os.cpu_count())
+    if split["containers"] is not None:
+        line += ("; %.0f in the lab's containers (nodes and their serving containers), %.0f outside them (Ansible's "
+                 "controller, pytest, molecule, lint)" % (split["containers"], split["machine"] - split["containers"]))
+    print(line)
+
+
 def print_machine_load(path):
     try:
         with open(path, encoding="utf-8") as handle:
@@ -49,7 +114,8 @@ def print_machine_load(path):
                  load["run_queue_max"]))
 
 
-def main(path=".build/test-durations.tsv", started_path=".build/test-started", vmstat_path=".build/vmstat.log"):
+def main(path=".build/test-durations.tsv", started_path=".build/test-started", vmstat_path=".build/vmstat.log",
+         cpu_path=".build/cpu-started"):
     try:
         with open(path, encoding="utf-8") as handle:
             rows = [line.rstrip("\n").split("\t") for line in handle if line.strip()]
@@ -66,9 +132,13 @@ def main(path=".build/test-durations.tsv", started_path=".build/test-started", v
         with open(started_path, encoding="utf-8") as handle:
             wall = int(time.time()) - int(handle.read().strip())
         print("  %-*s %6d s  (%.1f min)" % (width, "wall time of the run", wall, wall / 60.0))
+        print_cpu_split(cpu_path, wall)
     print_machine_load(vmstat_path)
     return 0
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--cpu-counters"]:
+        print(cpu_counters())
+        sys.exit(0)
     sys.exit(main(*sys.argv[1:]))

@@ -9,8 +9,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .build
-rm -f .build/test-durations.tsv .build/lab-up.log
+rm -f .build/test-durations.tsv .build/lab-up.log .build/cpu-started
 date +%s > .build/test-started
+# The machine's and the containers' CPU counters now: the table ends with what the run's CPU went to.
+python3 tools/durations.py --cpu-counters > .build/cpu-started || rm -f .build/cpu-started
 # At the end, pass or fail: stop the background parts still running (each `|| true`: errexit holds in a trap, and a
 # part that already ended must not keep the table from printing), then print the table.
 background=()

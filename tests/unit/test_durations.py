@@ -6,6 +6,7 @@ Debian 12; and the `gu` column later procps versions add)."""
 from __future__ import annotations
 
 import importlib.util
+import re
 import os
 
 import pytest
@@ -51,3 +52,51 @@ def test_the_table_ends_with_the_machine_s_load(tmp_path, capsys):
     assert 'sum of the parts' in out and '4114 s' in out
     assert ('machine over the run (%s, 2 samples): CPU user 36 %%, system 16 %%, idle 48 %%, waiting on disk 0 %%; no idle '
             'CPU in 50 %% of the samples; run queue up to 6' % (tmp_path / 'vmstat.log')) in out
+
+
+# /proc/stat of Linux 6.1 (Debian 12), two cores: user nice system idle iowait irq softirq steal guest guest_nice.
+PROC_STAT = ('cpu  12230 15 6010 90000 300 0 120 5 0 0\n'
+             'cpu0 6000 10 3000 45000 150 0 60 3 0 0\n'
+             'intr 1 2 3\nctxt 42\n')
+
+
+@pytest.mark.parametrize('proc_stat, ticks, expected', [
+    (PROC_STAT, 100, 183.8),  # user + nice + system + irq + softirq + steal; idle and iowait are not busy
+    (PROC_STAT, 250, 73.52),
+    ('cpu  100 0 50 10 0 0 0\n', 100, 1.5),  # an older kernel: no steal column
+    ('intr 1 2 3\n', 100, None),
+])
+def test_the_machine_s_busy_seconds(proc_stat, ticks, expected):
+    assert durations.machine_busy_seconds(proc_stat, ticks) == (None if expected is None else pytest.approx(expected))
+
+
+@pytest.mark.parametrize('text, scale, expected', [
+    ('85427330000000\n', 1e-9, 85427.33),  # cgroup v1 cpuacct.usage, nanoseconds
+    ('usage_usec 5000000\nuser_usec 4000000\nsystem_usec 1000000\n', 1e-6, 5.0),  # cgroup v2 cpu.stat
+    ('', 1e-9, None),
+    ('nr_periods 0\n', 1e-6, None),
+])
+def test_the_containers_cpu_seconds(text, scale, expected):
+    assert durations.container_seconds(text, scale) == (None if expected is None else pytest.approx(expected))
+
+
+@pytest.mark.parametrize('start, end, expected', [
+    ('1000.00 400.00', '7000.50 5000.25', {'machine': 6000.5, 'containers': 4600.25}),
+    ('1000.00 -', '7000.00 5000.00', {'machine': 6000.0, 'containers': None}),
+])
+def test_what_the_run_s_cpu_went_to(start, end, expected):
+    split = durations.cpu_split(start, end)
+    assert split['machine'] == pytest.approx(expected['machine'])
+    assert split['containers'] == (None if expected['containers'] is None else pytest.approx(expected['containers']))
+
+
+def test_the_table_says_what_the_cpu_went_to(tmp_path, capsys, monkeypatch):
+    (tmp_path / 'durations.tsv').write_text('unit\t118\tok\n', encoding='utf-8')
+    (tmp_path / 'started').write_text('%d\n' % (__import__('time').time() - 100), encoding='utf-8')
+    (tmp_path / 'cpu').write_text('1000.00 400.00\n', encoding='utf-8')
+    monkeypatch.setattr(durations, 'cpu_counters', lambda: '1150.00 520.00')
+    monkeypatch.setattr(durations.os, 'cpu_count', lambda: 2)
+    durations.main(str(tmp_path / 'durations.tsv'), str(tmp_path / 'started'), str(tmp_path / 'absent'), str(tmp_path / 'cpu'))
+    out = capsys.readouterr().out
+    assert re.search(r"CPU over the run: 150 CPU-s of the 20\d that 2 cores offer; 120 in the lab's containers \(nodes and "
+                     r"their serving containers\), 30 outside them", out), out

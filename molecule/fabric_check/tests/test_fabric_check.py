@@ -16,7 +16,7 @@ import pytest
 testinfra_hosts = ["ansible://all"]
 
 
-@pytest.fixture(name="plan_and_probe")
+@pytest.fixture(name="plan_and_probe", scope="module")
 def fixture_plan_and_probe(host):
     plan = host.ansible("dgxspark.cluster.cluster_plan", "", check=False)["plan"]
     variables = host.ansible.get_variables()

@@ -27,7 +27,7 @@ PROBE_PORT = 6379  # Ray's GCS (ray_cluster_ports.gcs)
 PROJECT = os.environ.get("MOLECULE_PROJECT_DIRECTORY", ".")
 
 
-@pytest.fixture(name="plan")
+@pytest.fixture(name="plan", scope="module")
 def fixture_plan(host):
     return host.ansible("dgxspark.cluster.cluster_plan", "", check=False)["plan"]
 

@@ -20,8 +20,9 @@ with open(os.path.join(os.environ.get("MOLECULE_PROJECT_DIRECTORY", "."), "roles
     RAY_NODES = _handle.read()
 
 
-@pytest.fixture(name="plan")
+@pytest.fixture(name="plan", scope="module")
 def fixture_plan(host):
+    # Once per host (an Ansible run each), not once per test.
     return host.ansible("dgxspark.cluster.cluster_plan", "", check=False)["plan"]
 
 
