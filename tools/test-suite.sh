@@ -69,13 +69,13 @@ cat .build/lab-up.log
 # The second lab (its own nodes, networks and bridges, lab/README.md) runs beside the first at a quarter of its CPU
 # weight: first the profile patches module (a deploy of its own, while the first lab's first modules start no engine),
 # then molecule's scenarios, then the lab modules that start no engine but take nodes, rails or the management network
-# down (distribute, cx7 faults, preflight), and os_hardening's (it rewrites a node's Docker configuration). The first lab
-# runs every other module, the serving ones last
-# (tests/lab/conftest.py). Most of a lab test's time is waiting (an engine loading, a node booting, a copy at the rails'
-# rate), so the two labs share the 2 CPUs well.
+# down (distribute, cx7 faults, preflight), those of the rails' plan and check, and os_hardening's (it rewrites a node's
+# Docker configuration). The first lab runs every other module, the serving ones last (tests/lab/conftest.py): the two
+# lanes end about together, so that neither runs alone on a machine that the other left half idle.
 second_lab_first=(tests/lab/test_profile_patches_lab.py)
 second_lab_last=(tests/lab/test_distribute_lab.py tests/lab/test_cx7_netplan_faults.py tests/lab/test_preflight_lab.py
-                 tests/lab/test_os_hardening_lab.py)
+                 tests/lab/test_cx7_netplan_bad_inputs.py tests/lab/test_cx7_netplan_generate.py
+                 tests/lab/test_fabric_check_lab.py tests/lab/test_os_hardening_lab.py)
 first_lab_ignores=()
 for module in "${second_lab_first[@]}" "${second_lab_last[@]}"; do first_lab_ignores+=("--ignore=$module"); done
 scenarios="serving $(ls molecule/*/molecule.yml | cut -d/ -f2 | grep -vx serving | sort | tr '\n' ' ')"

@@ -3,7 +3,7 @@
 """Fault tests of the fabric_check role on the virtual Spark lab (marked `lab`, need root and Docker).
 
 The rails are configured by hand from the cluster plan's addressing (subnet network + 10 + rank, MTU 9000), the
-role runs against the lab's live inventory (lab/state/inventory), and each test injects one fault:
+role runs against the lab's live inventory (lab/state/inventory, or the second lab's), and each test injects one fault:
   - a rail cable pulled on one node (`labctl.py rail NODE rail1 down`) -> the check fails naming that node, rail,
     interface and "cabling / link down";
   - MTU 1500 set by hand on one node's rail -> DF jumbo pings fail, diagnosed as "MTU" on that node and rail.
@@ -17,6 +17,8 @@ import os
 import subprocess
 
 import pytest
+
+from ansible_lab import inventory
 
 pytestmark = pytest.mark.lab
 
@@ -56,17 +58,17 @@ def fixture_fabric(lab):
         lab.host(node).run("ip link set %s mtu %s" % (netdev, mtu))
 
 
-def run_check(tmp_path):
+def run_check(lab, tmp_path):
     playbook = tmp_path / "fabric_check.yml"
     playbook.write_text(PLAYBOOK)
     proc = subprocess.run(
-        [os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", os.path.join(REPO, "lab", "state", "inventory"), str(playbook)],
+        [os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", inventory(lab), str(playbook)],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600, check=False)
     return proc.returncode, proc.stdout
 
 
 def test_healthy_fabric_passes(fabric, tmp_path):
-    rc, out = run_check(tmp_path)
+    rc, out = run_check(fabric, tmp_path)
     assert rc == 0, out
     assert "no failures" in out
     peers = "%d/%d" % (len(fabric.nodes) - 1, len(fabric.nodes) - 1)
@@ -83,7 +85,7 @@ def test_rail_down_names_node_rail_and_cabling(fabric, tmp_path):
     node = fabric.nodes[1]
     fabric.labctl("rail", node, "rail1", "down")
     try:
-        rc, out = run_check(tmp_path)
+        rc, out = run_check(fabric, tmp_path)
     finally:
         fabric.labctl("rail", node, "rail1", "up")
     assert rc != 0, out
@@ -96,7 +98,7 @@ def test_mtu_mismatch_is_diagnosed_as_mtu(fabric, tmp_path):
     host = fabric.host(node)
     host.run_expect([0], "ip link set enP2p1s0f1np1 mtu 1500")
     try:
-        rc, out = run_check(tmp_path)
+        rc, out = run_check(fabric, tmp_path)
     finally:
         host.run_expect([0], "ip link set enP2p1s0f1np1 mtu 9000")
     assert rc != 0, out
