@@ -37,6 +37,13 @@ class CpuCommunicator:
     def _all_group_ranks_share_shm_group_name(self):
         return self.names_agree
 ''',
+    # vLLM 0.32's constructor: a reader keeps busy_loop_s, a writer has 0.
+    'vllm/distributed/device_communicators/shm_broadcast.py': '''
+class SpinCondition:
+    def __init__(self, is_reader, context, notify_address, busy_loop_s=1):
+        self.is_reader = is_reader
+        self.busy_loop_s = busy_loop_s if is_reader else 0
+''',
     'vllm/model_executor/__init__.py': '',
     'vllm/model_executor/model_loader/__init__.py': '',
     'vllm/model_executor/model_loader/weight_utils.py': 'def safe_open(path, framework=None):\n    return path\n',
@@ -110,3 +117,17 @@ def test_the_hang_hook_reads_its_variable_when_a_shard_is_opened_not_at_import(e
     with pytest.raises(subprocess.TimeoutExpired) as exc:
         run(env, code, timeout=5)
     assert (exc.value.stdout or b'').decode().split() == ['opened', 'a']
+
+
+@pytest.mark.parametrize('arguments,busy_loop_s', [
+    ('True, None, "ipc://x"', 0.02),                    # a reader with vLLM's 1 s: 20 ms
+    ('True, None, "ipc://x", busy_loop_s=5', 0.02),     # any longer spin: 20 ms
+    ('True, None, "ipc://x", 0.001', 0.001),            # a shorter one is kept
+    ('False, None, "ipc://x"', 0),                      # the writer never spins
+])
+def test_a_queue_reader_spins_20_ms_after_a_message_not_1_s(env, arguments, busy_loop_s):
+    code = ('from vllm.distributed.device_communicators.shm_broadcast import SpinCondition\n'
+            'print(SpinCondition(%s).busy_loop_s)' % arguments)
+    done = run(env, code)
+    assert float(done.stdout.strip()) == busy_loop_s, done.stderr
+    assert 'shm_broadcast changed' in done.stderr

