@@ -1,12 +1,15 @@
 # -*- coding: utf-8 -*-
 # Copyright: dgxspark.cluster contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The release_id filter: the serving group's release id from every node's digest (release_id.yml)."""
+"""The filters of the serving releases: the group's release id from every node's digest (release_id.yml), and the
+executor backend a recorded release ran with (release_backend.yml)."""
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.dgxspark.cluster.plugins.module_utils.release import ReleaseError, release_id as _release_id
+from ansible_collections.dgxspark.cluster.plugins.module_utils.release import ReleaseError
+from ansible_collections.dgxspark.cluster.plugins.module_utils.release import backend as _backend
+from ansible_collections.dgxspark.cluster.plugins.module_utils.release import release_id as _release_id
 
 
 def release_id(node_digests):
@@ -19,8 +22,16 @@ def release_id(node_digests):
         raise AnsibleFilterError('release_id: %s' % exc) from exc
 
 
+def release_backend(release):
+    """A node's record of a release -> the executor backend it ran with (ray or mp)."""
+    try:
+        return _backend(release)
+    except ReleaseError as exc:
+        raise AnsibleFilterError('release_backend: %s' % exc) from exc
+
+
 class FilterModule:
     """Filters of the serving releases."""
 
     def filters(self):
-        return {'release_id': release_id}
+        return {'release_id': release_id, 'release_backend': release_backend}

@@ -140,6 +140,14 @@ def engine(specs):
     return None
 
 
+def backend(release):
+    """The executor backend a recorded release ran with: 'ray' when Ray's container is part of it (with Ray every node
+    runs one), else 'mp' (vLLM's own multi-node backend: vLLM's container on every node, no Ray)."""
+    if not isinstance(release, dict) or not isinstance(release.get('containers'), list):
+        raise ReleaseError('a release record without its list of containers')
+    return 'ray' if any(spec.get('role') == 'ray_cluster' for spec in release['containers']) else 'mp'
+
+
 def make_release(rid, specs, now, model_dir=None):
     release = {'id': rid, 'deployed_at': now, 'node_digest': node_digest(specs), 'summary': summary(specs),
                'engine': engine(specs), 'containers': restore_order(specs)}

@@ -32,7 +32,8 @@ description:
     containers); the newest leaves the history, and a second C(rollback.yml) then has nothing to do.
 options:
   containers:
-    description: The serving containers this node runs (Ray's on every node, the engine's on the head).
+    description: The serving containers this node runs (with Ray, Ray's on every node and the engine's on the head; with
+      vLLM's own multi-node backend, vLLM's rank on every node).
     type: list
     elements: str
     required: true

@@ -60,6 +60,16 @@ def four_serving_nodes(lab):
     return lab
 
 
+def containers(lab, names=("dgxspark-ray", "dgxspark-vllm")):
+    """{node: {name: (id, started_at)}} of the serving containers each node has (Ray's, vLLM's)."""
+    state = {}
+    for node in lab.nodes:
+        out = lab.host(node).run("docker inspect --format '{{.Name}} {{.Id}} {{.State.StartedAt}}' %s 2>/dev/null"
+                                 % " ".join(names))
+        state[node] = dict((name.lstrip("/"), (cid, started)) for name, cid, started in (l.split() for l in out.stdout.splitlines()))
+    return state
+
+
 def playbook_ok(lab, playbook, *extra, timeout=900):
     """Run a playbook that must succeed; returns its output."""
     rc, out = run_playbook(lab, playbook, *extra, timeout=timeout)

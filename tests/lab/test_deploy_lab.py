@@ -25,7 +25,7 @@ import time
 
 import pytest
 
-from ansible_lab import four_serving_nodes, recap, run_playbook
+from ansible_lab import containers, four_serving_nodes, recap, run_playbook
 from prober import (MODEL, RAY_PLAY, SECOND_MODEL, VLLM_PLAY, PlayStarts, Prober, report_distribution, stage_second_image,
                     stage_second_model)
 
@@ -36,15 +36,6 @@ RAY = "dgxspark-ray"
 VLLM = "dgxspark-vllm"
 SERVED_NAME = "Qwen/Qwen3.5-397B-A17B-FP8"
 CORRUPT_SHARD = "model-00002-of-00004.safetensors"
-
-
-def containers(lab):
-    """{node: {name: (id, started_at)}} of the serving containers."""
-    state = {}
-    for node in lab.nodes:
-        out = lab.host(node).run("docker inspect --format '{{.Name}} {{.Id}} {{.State.StartedAt}}' %s %s 2>/dev/null" % (RAY, VLLM))
-        state[node] = dict((name.lstrip("/"), (cid, started)) for name, cid, started in (l.split() for l in out.stdout.splitlines()))
-    return state
 
 
 def deploy(lab, *extra):

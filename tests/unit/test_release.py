@@ -7,6 +7,7 @@ import os
 import pytest
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.dgxspark.cluster.plugins.filter.release import release_backend as release_backend_filter
 from ansible_collections.dgxspark.cluster.plugins.filter.release import release_id as release_id_filter
 from ansible_collections.dgxspark.cluster.plugins.module_utils import release
 from ansible_collections.dgxspark.cluster.plugins.module_utils.serving_status import build_serving_status
@@ -349,3 +350,21 @@ def test_recording_removes_only_the_distributed_copies_no_kept_release_serves(tm
     assert [(r["id"], r.get("model_dir")) for r in history["releases"]] == (
         [("c", str(models["kept-copy"])), ("b", str(tmp_path / "link")), ("a", str(models["dropped-source"]))] if check_mode
         else [("d", str(models["kept-copy"])), ("c", str(models["kept-copy"]))])
+
+
+@pytest.mark.parametrize("node_specs, expected", [
+    (HEAD_SPECS, "ray"),               # Ray's head: Ray and the engine
+    (WORKER_SPECS, "ray"),             # a Ray worker: Ray only
+    ([VLLM], "mp"),                    # mp's rank 0: vLLM only
+    ([], "mp"),
+])
+def test_the_backend_a_release_ran_with(node_specs, expected):
+    record = release.make_release("3f9a1c0b7e22", node_specs, "2026-11-28T12:00:00Z")
+    assert release.backend(record) == expected
+    assert release_backend_filter(record) == expected
+
+
+@pytest.mark.parametrize("record", [None, {}, {"containers": "dgxspark-ray"}])
+def test_the_backend_of_what_is_not_a_release_is_an_error(record):
+    with pytest.raises(AnsibleFilterError, match="release_backend: a release record without its list of containers"):
+        release_backend_filter(record)
