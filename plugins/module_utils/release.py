@@ -129,9 +129,10 @@ def _option(command, name):
 
 
 def engine(specs):
-    """The engine container of a node's specs: {container, url (from the head itself), served_model_name}, or None."""
+    """The engine container of a node's specs: {container, url (from the head itself), served_model_name}, or None (a
+    Ray worker; a headless rank of mp, which serves no API)."""
     for spec in specs:
-        if spec.get('role') == 'vllm_container':
+        if spec.get('role') == 'vllm_container' and '--headless' not in spec['command']:
             host = _option(spec['command'], '--host') or '0.0.0.0'
             host = '127.0.0.1' if host in ('0.0.0.0', '::', '') else host
             port = _option(spec['command'], '--port') or '8000'

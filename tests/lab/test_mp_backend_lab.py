@@ -40,8 +40,8 @@ def extra_vars(*maps):
     return ["-e", json.dumps(merged)]
 
 
-def proven_release(lab):
-    rc, out = run_playbook(lab, "status.yml")
+def proven_release(lab, *extra):
+    rc, out = run_playbook(lab, "status.yml", *extra)
     assert rc == 0, out[-3000:]
     return re.search(r"release: ([0-9a-f]{12}) deployed", out).group(1)
 
@@ -92,7 +92,7 @@ def test_a_second_mp_deploy_changes_and_restarts_nothing(lab):
 
 
 def test_an_mp_release_below_the_speed_gate_is_replaced_by_the_proven_one_on_every_rank(lab):
-    proven = proven_release(lab)
+    proven = proven_release(lab, *extra_vars(MP))
     before = containers(lab)
     rc, out = run_playbook(lab, PLAYBOOK, "--tags", "vllm",
                            *extra_vars(MP, SLOW, {"vllm_container_extra_args": {"max_num_seqs": 32}}))

@@ -23,6 +23,8 @@ def _inspect(name):
 # `docker inspect dgxspark-vllm dgxspark-ray` on the lab's head, `docker inspect dgxspark-ray` on a worker.
 HEAD = _inspect("docker_inspect_head.json")
 WORKER = _inspect("docker_inspect_worker.json")
+# `docker inspect dgxspark-vllm` on a worker of the lab serving with vLLM's own multi-node backend (mp): rank 1, headless.
+MP_WORKER_SPECS = [release.container_spec(r) for r in _inspect("docker_inspect_mp_worker.json")]
 HEAD_SPECS = [release.container_spec(r) for r in HEAD]
 WORKER_SPECS = [release.container_spec(r) for r in WORKER]
 VLLM, RAY = HEAD_SPECS
@@ -139,6 +141,7 @@ def test_ray_comes_back_before_the_engine_and_the_engine_is_found():
     assert release.engine(HEAD_SPECS) == {"container": "dgxspark-vllm", "url": "http://127.0.0.1:8000",
                                           "served_model_name": "Qwen/Qwen3.5-397B-A17B-FP8"}
     assert release.engine(WORKER_SPECS) is None
+    assert release.engine(MP_WORKER_SPECS) is None  # a headless rank serves no API
 
 
 @pytest.mark.parametrize("options, url", [
@@ -356,6 +359,7 @@ def test_recording_removes_only_the_distributed_copies_no_kept_release_serves(tm
     (HEAD_SPECS, "ray"),               # Ray's head: Ray and the engine
     (WORKER_SPECS, "ray"),             # a Ray worker: Ray only
     ([VLLM], "mp"),                    # mp's rank 0: vLLM only
+    (MP_WORKER_SPECS, "mp"),           # mp's headless rank 1
     ([], "mp"),
 ])
 def test_the_backend_a_release_ran_with(node_specs, expected):
