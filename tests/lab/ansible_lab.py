@@ -1,5 +1,6 @@
 """Run the collection's playbooks against the lab, as a user would (ansible-playbook from the checkout's venv)."""
 
+import json
 import os
 import re
 import signal
@@ -39,6 +40,14 @@ def run_playbook(lab, playbook, *extra, on_line=None, timeout=900, kill_when=Non
             break
     proc.wait()
     return proc.returncode, "".join(lines)
+
+
+def extra_vars(*maps, **values):
+    """ansible-playbook's `-e` with the maps and keywords merged, later ones winning, as one JSON document."""
+    merged = {}
+    for more in maps + (values,):
+        merged.update(more)
+    return ["-e", json.dumps(merged)]
 
 
 def recap(output):

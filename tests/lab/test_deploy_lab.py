@@ -19,13 +19,12 @@ test stops the cluster and deploys it whole, so the module leaves the users' def
     python3 lab/labctl.py up --serving && .venv/bin/python -m pytest -m lab tests/lab/test_deploy_lab.py
 """
 
-import json
 import re
 import time
 
 import pytest
 
-from ansible_lab import containers, four_serving_nodes, recap, run_playbook
+from ansible_lab import containers, extra_vars, four_serving_nodes, recap, run_playbook
 from prober import (MODEL, RAY_PLAY, SECOND_MODEL, VLLM_PLAY, PlayStarts, Prober, report_distribution, stage_second_image,
                     stage_second_model)
 
@@ -41,10 +40,6 @@ CORRUPT_SHARD = "model-00002-of-00004.safetensors"
 def deploy(lab, *extra):
     rc, out = run_playbook(lab, PLAYBOOK, *extra)
     return rc, out
-
-
-def extra_vars(**values):
-    return ["-e", json.dumps(values)]
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ import re
 
 import pytest
 
-from ansible_lab import containers, recap, run_playbook, says_healthy, serving_cluster
+from ansible_lab import containers, extra_vars, recap, run_playbook, says_healthy, serving_cluster
 
 pytestmark = pytest.mark.lab
 
@@ -31,13 +31,6 @@ HEAD = "spark-alpha"
 # cores must not (a lab-only extra variable, as lab/serving/README.md says).
 MP = {"dgxspark_executor_backend": "mp", "vllm_container_extra_env": {"VLLM_CPU_OMP_THREADS_BIND": "nobind"}}
 SLOW = {"vllm_container_min_tokens_per_s": 100000}
-
-
-def extra_vars(*maps):
-    merged = {}
-    for values in maps:
-        merged.update(values)
-    return ["-e", json.dumps(merged)]
 
 
 def proven_release(lab, *extra):
