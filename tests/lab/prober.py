@@ -1,4 +1,4 @@
-"""A client of the served lab cluster: one chat completion (1 token, with the API key) every 0.5 s to the head's API,
+"""A client of the served lab cluster: one chat completion (1 token, with the API key) every second to the head's API,
 the time of every answer kept. What a release change costs a client is read from those times (tests/lab and bench/)."""
 
 import json
@@ -7,7 +7,7 @@ import time
 import urllib.error
 import urllib.request
 
-INTERVAL = 0.5
+INTERVAL = 1.0
 
 
 class Prober(threading.Thread):

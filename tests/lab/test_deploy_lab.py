@@ -9,8 +9,8 @@ and a second run has nothing to do; a new image (and NCCL transport) is distribu
 recreates every serving container; an image missing on one node fails before any container is changed; a load that
 hangs at shard k trips the stall watchdog naming k/n; a flag vLLM rejects fails fast with vLLM's own message, and
 status.yml then names the error and the paused supervisor (with dgxspark_release_rollback false); a release below the
-speed gate (vllm_container_min_tokens_per_s) is replaced by the last proven one, which serves again, and so is a model
-whose files are corrupt on one node; stop.yml, then a deploy serves again.
+speed gate (vllm_container_min_tokens_per_s) is replaced by the last proven one, which serves again; a model whose files
+are corrupt on one node fails its load with the cause first; stop.yml, then a deploy serves again.
 
 The tests run in file order and each needs only what the one before leaves: a test that changes or stops vLLM does
 not restart it again, because the next one's own deploy does (a start of the engine is the expensive step); the last
@@ -257,30 +257,25 @@ def test_a_release_below_the_speed_gate_is_rolled_back_by_itself_and_the_proven_
     # Left serving the proven release (the image test's): the next test changes the model.
 
 
-def test_a_model_corrupt_on_one_node_fails_its_release_and_the_proven_one_serves_again(lab, deployed):
-    rc, out = run_playbook(lab, "status.yml")
-    proven = re.search(r"release: ([0-9a-f]{12}) deployed", out).group(1)
+def test_a_model_corrupt_on_one_node_fails_its_load_with_the_cause_first(lab, deployed):
     before = containers(lab)
     stage_second_model(lab)
     # spark-delta already holds a copy whose files have the head's sizes and times, but one shard's header is overwritten
     # (a failing disk): the distribute phase takes it as it is (it hashes a file only where those facts disagree), and
-    # vLLM's load fails on that node's rank.
+    # vLLM's load fails on that node's rank. Without the automatic rollback, which the test before proved (a failed
+    # release puts the proven one back the same way whatever failed it): the last test deploys the cluster again.
     lab.host("spark-delta").check_output(
         "cp -a {model} {second} && printf CORRUPTCORRUPT!! | dd of={second}/{shard} bs=1 seek=8 conv=notrunc status=none"
         " && touch -r {model}/{shard} {second}/{shard}".format(model=MODEL, second=SECOND_MODEL, shard=CORRUPT_SHARD))
-    rc, out = deploy(lab, "--tags", "distribute,vllm", *extra_vars(dgxspark_model=SECOND_MODEL))
+    rc, out = deploy(lab, "--tags", "distribute,vllm", *extra_vars(dgxspark_model=SECOND_MODEL, dgxspark_release_rollback=False))
     assert rc != 0
-    assert "The new release failed: spark-alpha, phase vllm, " in out, out[-4000:]
     # The cause comes first, though the engine's log ends with its cleanup failing on the other ranks.
     assert re.search(r"Its first exceptions:\n\s+\| ray\.exceptions\.RayTaskError\(SafetensorError\)", out), out[-6000:]
-    assert "The last proven release %s (deployed " % proven in out and "was put back on every node and answers again" in out
+    assert "was put back on every node" not in out
     after = containers(lab)
     assert dict((n, c[RAY]) for n, c in after.items()) == dict((n, c[RAY]) for n, c in before.items())
-    assert SECOND_MODEL not in lab.host("spark-alpha").check_output("docker inspect --format '{{json .Args}}' %s" % VLLM)
-    rc, out = run_playbook(lab, "status.yml")
-    assert rc == 0 and "healthy" in out, out[-4000:]
-    assert release_line(out).startswith("release: %s deployed " % proven)
-    # Left serving the proven release: the last test stops the cluster and deploys it as the inventory says.
+    assert SECOND_MODEL in lab.host("spark-alpha").check_output("docker inspect --format '{{json .Args}}' %s" % VLLM)
+    # Left with the failed release: the last test stops the cluster and deploys it as the inventory says.
 
 
 def test_stop_then_status_fails_and_deploy_serves_again(lab, deployed):
