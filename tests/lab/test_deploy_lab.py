@@ -25,8 +25,8 @@ import time
 import pytest
 
 from ansible_lab import containers, extra_vars, four_serving_nodes, recap, run_playbook
-from prober import (MODEL, RAY_PLAY, SECOND_MODEL, VLLM_PLAY, PlayStarts, Prober, report_distribution, stage_second_image,
-                    stage_second_model)
+from prober import (MODEL, RAY_PLAY, SECOND_MODEL, TEST_INTERVAL, VLLM_PLAY, PlayStarts, Prober, report_distribution,
+                    stage_second_image, stage_second_model)
 
 pytestmark = pytest.mark.lab
 
@@ -86,7 +86,7 @@ def test_a_model_and_option_change_served_through_the_distribution_interrupted_m
     head = lab.host("spark-alpha")
     stage_second_model(lab)
     before = containers(lab)
-    prober = Prober.of_lab(lab, SERVED_NAME)
+    prober = Prober.of_lab(lab, SERVED_NAME, TEST_INTERVAL)
     prober.start()
     prober.wait_answer(0, timeout=60)
     plays = PlayStarts()
@@ -158,7 +158,7 @@ def test_an_image_and_transport_change_recreate_every_serving_container_on_the_n
     second = stage_second_image(lab)
     second_id = lab.host("spark-alpha").check_output("docker image inspect --format '{{.Id}}' %s" % second)
     before = containers(lab)
-    prober = Prober.of_lab(lab, SERVED_NAME)
+    prober = Prober.of_lab(lab, SERVED_NAME, TEST_INTERVAL)
     prober.start()
     prober.wait_answer(0, timeout=60)
     plays = PlayStarts()
