@@ -67,12 +67,13 @@ wait_for_part lab-up "$lab_up" || lab_rc=$?
 cat .build/lab-up.log
 [ $lab_rc -eq 0 ] || { echo "make test: the lab did not come up (its log above)" >&2; exit 1; }
 # The second lab (its own nodes, networks and bridges, lab/README.md) runs beside the first at a quarter of its CPU
-# weight: first the profile patches module (a deploy of its own, while the first lab's first modules start no engine),
-# then molecule's scenarios, then the lab modules that start no engine but take nodes, rails or the management network
-# down (distribute, cx7 faults, preflight), those of the rails' plan and check, and os_hardening's (it rewrites a node's
-# Docker configuration). The first lab runs every other module, the serving ones last (tests/lab/conftest.py): the two
-# lanes end about together, so that neither runs alone on a machine that the other left half idle.
-second_lab_first=(tests/lab/test_profile_patches_lab.py)
+# weight: first, on two nodes, the lab's own module and the profile patches module (a deploy of its own, while the first
+# lab's deploy module starts its engines), then molecule's scenarios, then the lab modules that start no engine but take
+# nodes, rails or the management network down (distribute, cx7 faults, preflight), those of the rails' plan and check,
+# and os_hardening's (it rewrites a node's Docker configuration). The first lab runs every other module, the serving
+# ones (tests/lab/conftest.py): the two lanes end about together, so that neither runs alone on a machine that the
+# other left half idle.
+second_lab_first=(tests/lab/test_lab.py tests/lab/test_profile_patches_lab.py)
 second_lab_last=(tests/lab/test_distribute_lab.py tests/lab/test_cx7_netplan_faults.py tests/lab/test_preflight_lab.py
                  tests/lab/test_cx7_netplan_bad_inputs.py tests/lab/test_cx7_netplan_generate.py
                  tests/lab/test_fabric_check_lab.py tests/lab/test_os_hardening_lab.py)
@@ -87,7 +88,7 @@ scenarios="serving $(ls molecule/*/molecule.yml | cut -d/ -f2 | grep -vx serving
         DGXSPARK_TEST_DURATIONS=.build/test-durations.tsv .venv/bin/pytest -p no:cacheprovider -m lab --durations=15 \
             --durations-min=20 "$@"
     }
-    second_lab_pytest "${second_lab_first[@]}" || exit 1
+    DGXSPARK_LAB_NODES=2 second_lab_pytest "${second_lab_first[@]}" || exit 1
     for scenario in $scenarios; do
         t "molecule/$scenario" env PATH="$PWD/.venv/bin:$PATH" .venv/bin/molecule test -s "$scenario" || exit 1
     done

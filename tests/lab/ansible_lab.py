@@ -61,10 +61,11 @@ def recap(output):
     return result
 
 
-def four_serving_nodes(lab):
-    """The 4-node lab with the serving image and the lab model on every node (what a deploy test starts from)."""
-    if len(lab.nodes) != 4:
-        lab.resize(4)
+def serving_lab(lab, count=4):
+    """The lab at COUNT nodes with the serving image and the lab model on every node (what a deploy test starts
+    from)."""
+    if len(lab.nodes) != count:
+        lab.resize(count)
     lab.labctl("serving")
     return lab
 
@@ -95,7 +96,7 @@ def serving_cluster(lab):
     """The 4-node lab serving the users' default deploy (deploy-397b.yml), for a module that starts from it: deployed
     only when status.yml does not say healthy. The modules that serve run last and one after the other (conftest.py)
     and leave the cluster serving, so each pays for the change it makes, not for a start from nothing and a stop."""
-    four_serving_nodes(lab)
+    serving_lab(lab)
     rc, out = run_playbook(lab, "status.yml", timeout=300)
     if rc != 0 or not says_healthy(out):
         playbook_ok(lab, "deploy-397b.yml")

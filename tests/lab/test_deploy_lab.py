@@ -24,7 +24,7 @@ import time
 
 import pytest
 
-from ansible_lab import containers, extra_vars, four_serving_nodes, recap, run_playbook
+from ansible_lab import containers, extra_vars, recap, run_playbook, serving_lab
 from prober import (MODEL, RAY_PLAY, SECOND_MODEL, TEST_INTERVAL, VLLM_PLAY, PlayStarts, Prober, report_distribution,
                     stage_second_image, stage_second_model)
 
@@ -44,7 +44,7 @@ def deploy(lab, *extra):
 
 @pytest.fixture(scope="module")
 def deployed(lab):
-    rc, out = deploy(four_serving_nodes(lab))
+    rc, out = deploy(serving_lab(lab))
     assert rc == 0, out[-6000:]
     # The module leaves the cluster serving, for the next serving module (conftest.SERVING_MODULES).
     return {"output": out, "containers": containers(lab)}

@@ -1,8 +1,13 @@
-"""The virtual Spark lab itself (needs the lab: see conftest.py; `make test` runs these after `labctl up`)."""
+"""The virtual Spark lab itself (needs the lab: see conftest.py; `make test` runs these after `labctl up`).
+
+Names and addresses are the tested lab's (labctl's constants follow DGXSPARK_LAB_INSTANCE): `make test` runs this
+module on its second lab.
+"""
 
 import json
 import subprocess
 
+import labctl
 import pytest
 
 from conftest import temporary_address
@@ -88,9 +93,9 @@ def test_rail2_jumbo_frames(lab):
 def test_rails_isolated_from_each_other(lab):
     # Structure: each rail bridge holds exactly the nodes' ends of that rail.
     for rail, kind in ((1, "r1"), (2, "r2")):
-        ports = json.loads(subprocess.run(["ip", "-j", "link", "show", "master", "dsl-rail%d" % rail],
+        ports = json.loads(subprocess.run(["ip", "-j", "link", "show", "master", labctl.BRIDGES[rail]],
                                           capture_output=True, text=True, check=True).stdout)
-        assert sorted(p["ifname"] for p in ports) == sorted("dsl-%s-%s" % (n[len("spark-"):], kind) for n in lab.nodes)
+        assert sorted(p["ifname"] for p in ports) == sorted(labctl.host_veth(n, kind) for n in lab.nodes)
     # Behaviour: a frame sent on rail 1 never reaches rail 2. The target's rail-1 cable is pulled during the
     # check, because Linux answers ARP for any local address on any interface (weak host model), which
     # would make a node that is on both rails answer on rail 1 for its rail-2 address.
@@ -117,7 +122,7 @@ def test_host_has_no_route_into_the_rails():
     for subnet in ("192.168.100.0/24", "192.168.101.0/24"):
         routes = subprocess.run(["ip", "-4", "route", "show", "match", subnet], capture_output=True, text=True, check=False).stdout
         assert all(line.startswith("default ") for line in routes.splitlines() if line.strip()), routes
-    for bridge in ("dsl-rail1", "dsl-rail2"):
+    for bridge in labctl.BRIDGES.values():
         addrs = json.loads(subprocess.run(["ip", "-j", "addr", "show", "dev", bridge], capture_output=True,
                                           text=True, check=True).stdout)[0].get("addr_info", [])
         assert addrs == [], "%s has addresses %s" % (bridge, addrs)
@@ -126,19 +131,20 @@ def test_host_has_no_route_into_the_rails():
 
 
 def test_nodes_cannot_leave_the_lab(lab):
-    assert subprocess.run(["docker", "network", "inspect", "-f", "{{.Internal}}", "dgxspark-lab-mgmt"],
+    assert subprocess.run(["docker", "network", "inspect", "-f", "{{.Internal}}", labctl.MGMT_NETWORK],
                           capture_output=True, text=True, check=False).stdout.strip() == "true"
     # Docker keeps a default route via the internal network's gateway (the host) -- Ansible's
     # ansible_default_ipv4 stays realistic -- but the host drops whatever would leave that network.
     rules = subprocess.run(["iptables", "-S", "DOCKER-ISOLATION-STAGE-1"], capture_output=True, text=True, check=False).stdout
-    assert "! -d 172.31.240.0/24 -i dsl-mgmt -j DROP" in rules, rules
-    assert "! -s 172.31.240.0/24 -o dsl-mgmt -j DROP" in rules, rules
+    bridge = labctl.HOST_IF_PREFIX + "mgmt"
+    assert "! -d %s -i %s -j DROP" % (labctl.MGMT_SUBNET, bridge) in rules, rules
+    assert "! -s %s -o %s -j DROP" % (labctl.MGMT_SUBNET, bridge) in rules, rules
     nat = subprocess.run(["iptables", "-t", "nat", "-S"], capture_output=True, text=True, check=False).stdout
-    assert "172.31.240.0/24" not in nat, "the lab network must not be masqueraded:\n" + nat
+    assert labctl.MGMT_SUBNET not in nat, "the lab network must not be masqueraded:\n" + nat
     for node in lab.nodes:
         host = lab.host(node)
         for line in host.check_output("ip -4 route show default").splitlines():
-            assert line.split()[:5] == ["default", "via", "172.31.240.1", "dev", "eth0"], (node, line)
+            assert line.split()[:5] == ["default", "via", labctl.MGMT_GATEWAY, "dev", "eth0"], (node, line)
         assert host.check_output("ip -6 route show default") == "", node
         # No rail carries a route out of the lab.
         assert "enp1s0f1np1" not in host.check_output("ip -4 route show default"), node
@@ -253,7 +259,8 @@ def test_rate_limit_knob(lab):
     previous = lab.state().get("rate") or "none"
     lab.labctl("up", "--nodes", str(lab.count), "--rate", "1gbit")
     try:
-        qdisc = subprocess.run(["tc", "qdisc", "show", "dev", "dsl-alpha-r1"], capture_output=True, text=True, check=False).stdout
+        qdisc = subprocess.run(["tc", "qdisc", "show", "dev", labctl.host_veth(lab.nodes[0], "r1")],
+                               capture_output=True, text=True, check=False).stdout
         assert "tbf" in qdisc and "1Gbit" in qdisc, qdisc
     finally:
         lab.labctl("up", "--nodes", str(lab.count), "--rate", previous)

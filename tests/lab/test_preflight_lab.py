@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from ansible_lab import four_serving_nodes, playbook_ok, run_playbook
+from ansible_lab import playbook_ok, run_playbook, serving_lab
 
 pytestmark = pytest.mark.lab
 
@@ -32,7 +32,7 @@ def snapshot(lab, nodes=None):
 @pytest.fixture(scope="module")
 def stopped_lab(lab):
     """4 nodes with the serving image and the lab model, serving containers stopped (so that their memory is free)."""
-    playbook_ok(four_serving_nodes(lab), "stop.yml")
+    playbook_ok(serving_lab(lab), "stop.yml")
     return lab
 
 

@@ -1,4 +1,7 @@
-"""Profile patches on the 4-node lab (issue 11): a user's profile directory with a `python` patch and a `sitecustomize`.
+"""Profile patches on a 2-node lab (issue 11): a user's profile directory with a `python` patch and a `sitecustomize`.
+
+Seed 003's 2-Spark shape (Qwen3-VL-235B AWQ at TP=2, with its own sitecustomize patch), as molecule's scenarios deploy
+it: two nodes show every kind of serving container (the head's Ray and vLLM, a worker's Ray) at half the CPU of four.
 
 - The deploy copies them to every node, mounts them into every serving container, the start scripts check their sha256
   and apply them (the Ray containers of every node and the vLLM container of the head), and the cluster serves.
@@ -8,7 +11,7 @@
   changed on any node.
 - A patch file altered on a node stops its container at the next start, with the reason in the log.
 
-    python3 lab/labctl.py up --serving && .venv/bin/python -m pytest -m lab tests/lab/test_profile_patches_lab.py
+    DGXSPARK_LAB_NODES=2 .venv/bin/python -m pytest -m lab tests/lab/test_profile_patches_lab.py
 """
 
 import hashlib
@@ -21,12 +24,22 @@ import time
 import pytest
 import yaml
 
-from ansible_lab import REPO, four_serving_nodes, playbook_ok, recap, run_playbook
+from ansible_lab import REPO, playbook_ok, recap, run_playbook, serving_lab
 
 pytestmark = pytest.mark.lab
 
-HEAD = "spark-alpha"
+HEAD, WORKER = "spark-alpha", "spark-beta"
 PROFILES = os.path.join(REPO, "profiles", "models")
+# The variables of molecule's 2-node scenarios: the profile of seed 003's shape and what it runs with.
+TWO_NODE_VARS_FILE = os.path.join(REPO, "molecule", "shared", "group_vars", "all", "20-two-node-cluster.yml")
+
+
+def read_yaml(path):
+    with open(path, encoding="utf-8") as handle:
+        return yaml.safe_load(handle)
+
+
+TWO_NODE_VARS = read_yaml(TWO_NODE_VARS_FILE)
 # A python patch that edits the container (as a vLLM patch edits vLLM), idempotently: it counts its applications.
 LAB_PATCH = b'''import os
 import sys
@@ -39,19 +52,16 @@ sys.stderr.write("lab patch: applied %d time(s) in this container\\n" % (count +
 
 
 def write_profile(directory, name, vllm_range):
-    """<directory>/<name>.yml: the seed 000 profile plus a python patch and the seed 003 sitecustomize."""
-    with open(os.path.join(PROFILES, "qwen3_5_397b_a17b_fp8.yml"), encoding="utf-8") as handle:
-        profile = yaml.safe_load(handle)
+    """<directory>/<name>.yml: the 2-node profile (with its seed 003 sitecustomize) plus a python patch first."""
+    profile = read_yaml(os.path.join(PROFILES, TWO_NODE_VARS["dgxspark_model_profile"] + ".yml"))
     os.makedirs(os.path.join(directory, "patches"), exist_ok=True)
     with open(os.path.join(directory, "patches", "lab_marker.py"), "wb") as handle:
         handle.write(LAB_PATCH)
-    shutil.copy(os.path.join(PROFILES, "patches", "cudnn_off_sitecustomize.py"), os.path.join(directory, "patches"))
-    profile["patches"] = [
-        {"file": "patches/lab_marker.py", "sha256": hashlib.sha256(LAB_PATCH).hexdigest(), "kind": "python",
-         "vllm": vllm_range, "reason": "lab test: a patch that edits the container"},
-        {"file": "patches/cudnn_off_sitecustomize.py", "kind": "sitecustomize", "vllm": ">=0.11", "reason": "seed 003",
-         "sha256": hashlib.sha256(open(os.path.join(PROFILES, "patches", "cudnn_off_sitecustomize.py"), "rb").read()).hexdigest()},
-    ]
+    for patch in profile["patches"]:
+        shutil.copy(os.path.join(PROFILES, patch["file"]), os.path.join(directory, "patches"))
+    lab_marker = {"file": "patches/lab_marker.py", "sha256": hashlib.sha256(LAB_PATCH).hexdigest(), "kind": "python",
+                  "vllm": vllm_range, "reason": "lab test: a patch that edits the container"}
+    profile["patches"].insert(0, lab_marker)
     with open(os.path.join(directory, name + ".yml"), "w", encoding="utf-8") as handle:
         yaml.safe_dump(profile, handle)
 
@@ -60,8 +70,9 @@ def deploy_args(directory, profile):
     # Without the phases that read nothing of the patches (the OS's, the monitoring's): on the second lab's fresh nodes
     # they are minutes of apt, and tests of their own cover them. (The firewall stays: without it status.yml rightly
     # calls the cluster unhealthy, its ports open to every network.)
-    return ["--skip-tags", "os,monitoring", "-e", json.dumps({"dgxspark_profiles_dir": directory, "dgxspark_model_profile": profile,
-                                                           "dgxspark_tensor_parallel_size": 4})]
+    values = dict(TWO_NODE_VARS, dgxspark_profiles_dir=directory, dgxspark_model_profile=profile,
+                  dgxspark_tensor_parallel_size=2)
+    return ["--skip-tags", "os,monitoring", "-e", json.dumps(values)]
 
 
 def node_state(lab):
@@ -86,9 +97,9 @@ def profiles_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def deployed(lab, profiles_dir):
-    # Its last test leaves the group restarting: nothing serves after it (`make test` runs it alone on the second lab;
-    # with the other modules, it is the last serving one, conftest.SERVING_MODULES).
-    return playbook_ok(four_serving_nodes(lab), "deploy.yml", *deploy_args(profiles_dir, "lab_patched"))
+    # Its last test leaves the group restarting: nothing serves after it (`make test` runs it first on the second lab,
+    # which then leaves serving; with the other modules, it is the last serving one, conftest.SERVING_MODULES).
+    return playbook_ok(serving_lab(lab, count=2), "deploy.yml", *deploy_args(profiles_dir, "lab_patched"))
 
 
 def test_every_serving_container_checked_and_applied_the_patches(lab, deployed):
@@ -132,14 +143,14 @@ def test_a_patch_for_another_vllm_is_refused_before_anything_changes(lab, deploy
     assert ("profile lab_patched_for_0_34: patch patches/lab_marker.py applies to vLLM >=0.34, but the image has vLLM "
             "0.32.0+cpu; refusing to start it") in out, out[-4000:]
     # Preflight refuses it first; the ray role refuses it too when its phase runs alone (--tags ray).
-    assert "Preflight found 4 problems; the deploy stops before any host is changed" in out
+    assert "Preflight found 2 problems; the deploy stops before any host is changed" in out
     rc, out = run_playbook(lab, "deploy.yml", "--tags", "ray", *deploy_args(profiles_dir, "lab_patched_for_0_34"))
     assert rc != 0 and "No file or container was changed on any node" in out, out[-4000:]
     assert node_state(lab) == before
 
 
 def test_a_patch_altered_on_a_node_stops_its_container_with_the_reason(lab, deployed, profiles_dir):
-    worker = lab.host("spark-delta")
+    worker = lab.host(WORKER)
     worker.check_output("echo '# altered' >> /etc/dgxspark/patches/lab_marker.py && docker restart dgxspark-ray")
     deadline, log = time.time() + 60, ""
     while time.time() < deadline and "not starting" not in log:
@@ -152,6 +163,6 @@ def test_a_patch_altered_on_a_node_stops_its_container_with_the_reason(lab, depl
     started = int(time.time())
     rc, out = run_playbook(lab, "deploy.yml", "--tags", "ray", *deploy_args(profiles_dir, "lab_patched"))
     assert rc == 0, out[-4000:]
-    assert "Ray on spark-alpha: 4/4 nodes alive, 4 GPUs" in out, out[-4000:]
+    assert "Ray on spark-alpha: 2/2 nodes alive, 2 GPUs" in out, out[-4000:]
     log = worker.check_output("docker logs --since %d dgxspark-ray 2>&1" % started)
     assert "dgxspark patches: lab_marker.py (python) verified and applied" in log, log[-2000:]

@@ -23,7 +23,7 @@ import urllib.request
 
 import pytest
 
-from ansible_lab import four_serving_nodes, recap, run_playbook, says_healthy
+from ansible_lab import recap, run_playbook, says_healthy, serving_lab
 
 pytestmark = pytest.mark.lab
 
@@ -76,7 +76,7 @@ def api_status(url, key=None, method="GET"):
 
 @pytest.fixture(scope="module")
 def deployed(lab, tmp_path_factory):
-    four_serving_nodes(lab)
+    serving_lab(lab)
     # The HF tokens travel in a 0600 vars file, as users keep them (vault), not in the controller's argv.
     secrets_file = tmp_path_factory.mktemp("security") / "hf.json"
     secrets_file.write_text(json.dumps({"vllm_container_hf_token": HF_TOKEN, "distribute_hf_token": HF_TOKEN}))
