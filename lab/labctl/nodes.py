@@ -92,27 +92,38 @@ def create_node(node, index, image):
 
 
 def plumb_fabric(node, state):
-    """(Re)create the node's four CX-7-named veths in its current network namespace."""
+    """(Re)create the node's four CX-7-named veths in its current network namespace.
+
+    The node end is born as a fresh Spark's NIC is at boot (its MAC, MTU 1500, IPv6 on): the node's systemd-networkd
+    may already run (a restarted node boots while this plumbs), and it configures a link the moment it appears. A
+    change made after that (an MTU set back to 1500) would undo the node's own configuration."""
     pid = container_pid(node)
-    for kind, netdev, rail in FABRIC:
-        host = host_veth(node, kind)
-        if link_exists(host):
-            ip_cmd("link", "del", host)
-        # A stale node end (if the host end vanished) would block the rename.
-        in_node_netns(pid, "ip", "link", "del", netdev, check=False)
-        ip_cmd("link", "add", host, "type", "veth", "peer", "name", netdev, "netns", str(pid))
-        ip_cmd("link", "set", host, "mtu", str(HOST_MTU))
-        in_node_netns(pid, "ip", "link", "set", netdev, "mtu", str(NODE_START_MTU), "address", fabric_mac(node, kind))
-        sysctl = "/proc/sys/net/ipv6/conf/%s/disable_ipv6" % host
-        if os.path.exists(sysctl):
-            with open(sysctl, "w") as handle:
-                handle.write("1")
-        # Like a fresh Spark, IPv6 is on for the CX-7 netdevs (Docker turns it off in containers);
-        # /proc/sys is read-only inside the node, so set it from the host in the node's netns.
-        in_node_netns(pid, "sh", "-c", "echo 0 > /proc/sys/net/ipv6/conf/%s/disable_ipv6" % netdev, check=False)
-        if rail is not None:
-            in_node_netns(pid, "ip", "link", "set", netdev, "up")
-        # port-0 twins: no cable -> both ends stay down, host end attached to nothing.
+    ipv6_default = "/proc/sys/net/ipv6/conf/default/disable_ipv6"
+    # Docker turns IPv6 off in containers; a link takes the namespace's default at its creation. /proc/sys is read-only
+    # inside the node, so the default is set from the host in the node's netns, for these four links only.
+    read = in_node_netns(pid, "cat", ipv6_default, check=False)
+    previous = read.stdout.decode().strip() if read.returncode == 0 else None  # None: a kernel without IPv6
+    if previous is not None:
+        in_node_netns(pid, "sh", "-c", "echo 0 > %s" % ipv6_default)
+    try:
+        for kind, netdev, rail in FABRIC:
+            host = host_veth(node, kind)
+            if link_exists(host):
+                ip_cmd("link", "del", host)
+            # A stale node end (if the host end vanished) would block the rename.
+            in_node_netns(pid, "ip", "link", "del", netdev, check=False)
+            ip_cmd("link", "add", host, "mtu", str(HOST_MTU), "type", "veth", "peer", "name", netdev,
+                   "mtu", str(NODE_START_MTU), "address", fabric_mac(node, kind), "netns", str(pid))
+            sysctl = "/proc/sys/net/ipv6/conf/%s/disable_ipv6" % host
+            if os.path.exists(sysctl):
+                with open(sysctl, "w") as handle:
+                    handle.write("1")
+            if rail is not None:
+                in_node_netns(pid, "ip", "link", "set", netdev, "up")
+            # port-0 twins: no cable -> both ends stay down, host end attached to nothing.
+    finally:
+        if previous is not None:
+            in_node_netns(pid, "sh", "-c", "echo %s > %s" % (previous, ipv6_default))
     apply_node_network(node, state)
 
 
