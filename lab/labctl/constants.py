@@ -54,6 +54,7 @@ MGMT_SUBNET = "172.31.%d.0/24" % (240 + INSTANCE)
 MGMT_GATEWAY = "172.31.%d.1" % (240 + INSTANCE)
 # Host-side interface names (bridges, veths): at most 15 characters, "dsl-" for the first lab, "ds<N>-" for others.
 HOST_IF_PREFIX = "dsl-" if INSTANCE == 0 else "ds%d-" % INSTANCE
+MGMT_BRIDGE = HOST_IF_PREFIX + "mgmt"  # the management network's bridge on the host
 MGMT_FIRST_OFFSET = 10  # spark-alpha = .10, spark-beta = .11, ...
 
 # The fabric: two isolated Linux bridges, one per rail; per node four veths named like GB10's CX-7.

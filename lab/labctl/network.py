@@ -2,7 +2,7 @@
 
 import os
 
-from .constants import BRIDGES, HOST_IF_PREFIX, HOST_MTU, LABEL, LABEL_VALUE, MGMT_GATEWAY, MGMT_NETWORK, MGMT_SUBNET
+from .constants import BRIDGES, HOST_MTU, LABEL, LABEL_VALUE, MGMT_BRIDGE, MGMT_GATEWAY, MGMT_NETWORK, MGMT_SUBNET
 from .host import docker, ip_cmd, link_exists, log, run
 
 
@@ -12,7 +12,7 @@ def ensure_mgmt_network():
     log("creating internal management network %s (%s)" % (MGMT_NETWORK, MGMT_SUBNET))
     docker("network", "create", "--internal", "--driver", "bridge", "--subnet", MGMT_SUBNET,
            "--gateway", MGMT_GATEWAY, "--label", "%s=%s" % (LABEL, LABEL_VALUE),
-           "-o", "com.docker.network.bridge.name=%smgmt" % HOST_IF_PREFIX, MGMT_NETWORK)
+           "-o", "com.docker.network.bridge.name=%s" % MGMT_BRIDGE, MGMT_NETWORK)
 
 
 def ensure_bridges():

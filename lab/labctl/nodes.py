@@ -2,6 +2,7 @@
 for systemd and sshd.
 """
 
+import contextlib
 import hashlib
 import json
 import os
@@ -91,6 +92,23 @@ def create_node(node, index, image):
     docker("cp", "-", name + ":/", input_data=node_seed_tar(node))
 
 
+@contextlib.contextmanager
+def ipv6_on_for_new_links(pid):
+    """Links made in the node's netns meanwhile are born with IPv6 on, as a Spark's NICs are. Docker turns IPv6 off in
+    containers, and a link takes its namespace's default at creation; /proc/sys is read-only inside the node, so the
+    default is set from the host in the node's netns, and put back afterwards."""
+    default = "/proc/sys/net/ipv6/conf/default/disable_ipv6"
+    read = in_node_netns(pid, "cat", default, check=False)
+    if read.returncode != 0:  # a kernel without IPv6
+        yield
+        return
+    in_node_netns(pid, "sh", "-c", "echo 0 > %s" % default)
+    try:
+        yield
+    finally:
+        in_node_netns(pid, "sh", "-c", "echo %s > %s" % (read.stdout.decode().strip(), default))
+
+
 def plumb_fabric(node, state):
     """(Re)create the node's four CX-7-named veths in its current network namespace.
 
@@ -98,14 +116,7 @@ def plumb_fabric(node, state):
     may already run (a restarted node boots while this plumbs), and it configures a link the moment it appears. A
     change made after that (an MTU set back to 1500) would undo the node's own configuration."""
     pid = container_pid(node)
-    ipv6_default = "/proc/sys/net/ipv6/conf/default/disable_ipv6"
-    # Docker turns IPv6 off in containers; a link takes the namespace's default at its creation. /proc/sys is read-only
-    # inside the node, so the default is set from the host in the node's netns, for these four links only.
-    read = in_node_netns(pid, "cat", ipv6_default, check=False)
-    previous = read.stdout.decode().strip() if read.returncode == 0 else None  # None: a kernel without IPv6
-    if previous is not None:
-        in_node_netns(pid, "sh", "-c", "echo 0 > %s" % ipv6_default)
-    try:
+    with ipv6_on_for_new_links(pid):
         for kind, netdev, rail in FABRIC:
             host = host_veth(node, kind)
             if link_exists(host):
@@ -121,9 +132,6 @@ def plumb_fabric(node, state):
             if rail is not None:
                 in_node_netns(pid, "ip", "link", "set", netdev, "up")
             # port-0 twins: no cable -> both ends stay down, host end attached to nothing.
-    finally:
-        if previous is not None:
-            in_node_netns(pid, "sh", "-c", "echo %s > %s" % (previous, ipv6_default))
     apply_node_network(node, state)
 
 

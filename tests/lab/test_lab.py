@@ -136,9 +136,8 @@ def test_nodes_cannot_leave_the_lab(lab):
     # Docker keeps a default route via the internal network's gateway (the host) -- Ansible's
     # ansible_default_ipv4 stays realistic -- but the host drops whatever would leave that network.
     rules = subprocess.run(["iptables", "-S", "DOCKER-ISOLATION-STAGE-1"], capture_output=True, text=True, check=False).stdout
-    bridge = labctl.HOST_IF_PREFIX + "mgmt"
-    assert "! -d %s -i %s -j DROP" % (labctl.MGMT_SUBNET, bridge) in rules, rules
-    assert "! -s %s -o %s -j DROP" % (labctl.MGMT_SUBNET, bridge) in rules, rules
+    assert "! -d %s -i %s -j DROP" % (labctl.MGMT_SUBNET, labctl.MGMT_BRIDGE) in rules, rules
+    assert "! -s %s -o %s -j DROP" % (labctl.MGMT_SUBNET, labctl.MGMT_BRIDGE) in rules, rules
     nat = subprocess.run(["iptables", "-t", "nat", "-S"], capture_output=True, text=True, check=False).stdout
     assert labctl.MGMT_SUBNET not in nat, "the lab network must not be masqueraded:\n" + nat
     for node in lab.nodes:

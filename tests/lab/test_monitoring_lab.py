@@ -40,6 +40,12 @@ def targets(lab):
                   for t in prometheus(lab, "/api/v1/targets")["activeTargets"])
 
 
+def query(lab, expr, *labels):
+    """An instant query -> sorted tuples of the named labels of each series ("value": the sample's value)."""
+    result = prometheus(lab, "/api/v1/query", query=expr)["result"]
+    return sorted(tuple(r["value"][1] if label == "value" else r["metric"][label] for label in labels) for r in result)
+
+
 def wait_for(check, timeout, step=3):
     """check() until it is true or the timeout passed -> its last value."""
     deadline = time.time() + timeout
@@ -87,12 +93,6 @@ def test_every_dashboard_query_returns_live_data(benchmarked, path):
                 if not prometheus(benchmarked, "/api/v1/query", query=expr)["result"]]
     # A rate needs two scrapes of its series: an engine that an earlier module restarted has few yet.
     assert wait_for(lambda: not without_data(), 45), "queries without data:\n" + "\n".join(without_data())
-
-
-def query(lab, expr, *labels):
-    """An instant query -> sorted tuples of the named labels of each series ("value": the sample's value)."""
-    result = prometheus(lab, "/api/v1/query", query=expr)["result"]
-    return sorted(tuple(r["value"][1] if label == "value" else r["metric"][label] for label in labels) for r in result)
 
 
 def test_the_gauges_of_every_node_reach_prometheus(benchmarked):

@@ -15,7 +15,6 @@ it: two nodes show every kind of serving container (the head's Ray and vLLM, a w
 """
 
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -24,7 +23,7 @@ import time
 import pytest
 import yaml
 
-from ansible_lab import REPO, playbook_ok, recap, run_playbook, serving_lab
+from ansible_lab import REPO, extra_vars, playbook_ok, recap, run_playbook, serving_lab
 
 pytestmark = pytest.mark.lab
 
@@ -70,9 +69,8 @@ def deploy_args(directory, profile):
     # Without the phases that read nothing of the patches (the OS's, the monitoring's): on the second lab's fresh nodes
     # they are minutes of apt, and tests of their own cover them. (The firewall stays: without it status.yml rightly
     # calls the cluster unhealthy, its ports open to every network.)
-    values = dict(TWO_NODE_VARS, dgxspark_profiles_dir=directory, dgxspark_model_profile=profile,
-                  dgxspark_tensor_parallel_size=2)
-    return ["--skip-tags", "os,monitoring", "-e", json.dumps(values)]
+    return ["--skip-tags", "os,monitoring"] + extra_vars(TWO_NODE_VARS, dgxspark_profiles_dir=directory,
+                                                         dgxspark_model_profile=profile, dgxspark_tensor_parallel_size=2)
 
 
 def node_state(lab):
