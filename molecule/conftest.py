@@ -1,4 +1,8 @@
-"""Fixtures shared by the testinfra suites of every molecule scenario (molecule/<role>/tests/)."""
+"""Fixtures shared by the testinfra suites of every molecule scenario (molecule/<role>/tests/).
+
+The serving tests run in two scenarios, `serving` (Ray) and `serving_mp` (vLLM's own multi-node backend): each check
+takes the backend from the plan (`plan`, `backend`), and a check of one backend only says so (`ray_only`, `mp_only`:
+skipped in the other scenario, which has its own check of the same thing)."""
 
 import os
 import subprocess
@@ -15,6 +19,38 @@ def converge_playbook():
         if os.path.isfile(path):
             return path
     return None
+
+
+RAY = "dgxspark-ray"
+VLLM = "dgxspark-vllm"
+
+
+@pytest.fixture(name="plan", scope="module")
+def fixture_plan(host):
+    """The cluster plan as the roles read it (once per host and module: an Ansible run each)."""
+    return host.ansible("dgxspark.cluster.cluster_plan", "", check=False)["plan"]
+
+
+@pytest.fixture(name="backend", scope="module")
+def fixture_backend(plan):
+    return plan["executor_backend"]
+
+
+@pytest.fixture(name="ray_only")
+def fixture_ray_only(backend):
+    if backend != "ray":
+        pytest.skip("a check of the Ray backend (serving scenario)")
+
+
+@pytest.fixture(name="mp_only")
+def fixture_mp_only(backend):
+    if backend != "mp":
+        pytest.skip("a check of vLLM's own multi-node backend (serving_mp scenario)")
+
+
+def node_container(backend):
+    """The serving container that carries a node's environment: Ray's with Ray, the node's vLLM rank with mp."""
+    return RAY if backend == "ray" else VLLM
 
 
 @pytest.fixture(name="check_diff_run", scope="session")

@@ -52,6 +52,11 @@ def _seconds(settings, key):
     return '%ds' % seconds
 
 
+def _ray_runs(plan):
+    """Whether the plan's executor backend is Ray (vLLM's own multi-node backend, mp, runs no Ray)."""
+    return plan.get('executor_backend', 'ray') == 'ray'
+
+
 def _job(name, targets, **extra):
     job = {'job_name': name, 'static_configs': [{'targets': [target], 'labels': {'node': host}}
                                                 for host, target in targets]}
@@ -61,7 +66,8 @@ def _job(name, targets, **extra):
 
 def prometheus_config(plan, settings):
     """prometheus.yml as data. settings: scrape_interval_s, evaluation_interval_s, node_exporter_port, vllm_port,
-    ray_metrics_port, scrape_ray (bool), api_key_file, rules_files (list), cluster (the external label)."""
+    ray_metrics_port, scrape_ray (bool: Ray's metrics, when the plan's executor backend is Ray), api_key_file, rules_files
+    (list), cluster (the external label)."""
     nodes, addresses = _nodes(plan)
     head = plan['head']
     node_port = _port(settings, 'node_exporter_port')
@@ -70,7 +76,7 @@ def prometheus_config(plan, settings):
         _job('vllm', [(head, '%s:%d' % (addresses[head], _port(settings, 'vllm_port')))],
              authorization={'type': 'Bearer', 'credentials_file': settings['api_key_file']}),
     ]
-    if settings.get('scrape_ray'):
+    if settings.get('scrape_ray') and _ray_runs(plan):
         ray_port = _port(settings, 'ray_metrics_port')
         jobs.append(_job('ray', [(n['host'], '%s:%d' % (addresses[n['host']], ray_port)) for n in nodes]))
     return {
@@ -89,7 +95,11 @@ def node_metrics_config(host, plan, settings):
     nodes = _nodes(plan)[0]
     if host not in [node['host'] for node in nodes]:
         raise MonitoringConfigError('%s is not a node of the plan' % host)
-    containers = [settings['rank_container']] + ([settings['engine_container']] if host == plan['head'] else [])
+    # With Ray: Ray's container on every node and vLLM's on the head; with mp every node's vLLM container is its rank.
+    if _ray_runs(plan):
+        containers = [settings['rank_container']] + ([settings['engine_container']] if host == plan['head'] else [])
+    else:
+        containers = [settings['engine_container']]
     floor_gib = settings.get('memory_floor_gib')
     if floor_gib in (None, ''):
         memory = plan.get('memory') or {}

@@ -45,8 +45,8 @@ def api_answers(lab):
         return False
 
 
-def status(lab):
-    rc, out = run_playbook(lab, "status.yml", timeout=300)
+def status(lab, *extra):
+    rc, out = run_playbook(lab, "status.yml", *extra, timeout=300)
     return rc, out
 
 
@@ -58,17 +58,18 @@ def vllm_start(lab):
         return None
 
 
-def wait_recovered(lab, fault, started, vllm_before=None):
-    """Poll the API until it answers, then status.yml until healthy; print and return the recovery time. With
-    vllm_before (the vLLM start before the fault), the fault must first have reached vLLM (its engine lost a rank
-    and it started again), so that a healthy status read before the fault spread does not count."""
+def wait_recovered(lab, fault, started, vllm_before=None, status_args=()):
+    """Poll the API until it answers, then status.yml (with status_args: the inventory's backend, say) until healthy;
+    print and return the recovery time. With vllm_before (the vLLM start before the fault), the fault must first have
+    reached vLLM (its engine lost a rank and it started again), so that a healthy status read before the fault spread
+    does not count."""
     deadline = started + RECOVERY_LIMIT_S
     while time.time() < deadline:
         if vllm_before is not None and vllm_start(lab) in (None, vllm_before):
             time.sleep(2)
             continue
         if api_answers(lab):
-            rc, out = status(lab)
+            rc, out = status(lab, *status_args)
             if rc == 0 and says_healthy(out):
                 took = time.time() - started
                 print("\nRECOVERY %s: %.0f s" % (fault, took))
@@ -77,7 +78,7 @@ def wait_recovered(lab, fault, started, vllm_before=None):
     # The collection's own status (every node's Ray and vLLM containers, restarts, last error) says why, read now: the
     # loop only reads it once the API answers.
     api = "answers" if api_answers(lab) else "does not answer"
-    _rc, out = status(lab)
+    _rc, out = status(lab, *status_args)
     pytest.fail("%s: not healthy %d s after the fault (vLLM started %s, before the fault %s; the API %s); status now:\n%s"
                 % (fault, RECOVERY_LIMIT_S, vllm_start(lab), vllm_before, api, out[-6000:]))
     return None

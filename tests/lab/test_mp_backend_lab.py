@@ -4,7 +4,8 @@ vLLM's own engine (its CPU build) serves across the four lab nodes without Ray: 
 with the API, the others `--headless`. Checks, in file order, each starting from what the one before left:
 a Ray -> mp switch whose new release fails its speed gate is refused by the automatic rollback, which names the Ray
 release's backend and puts nothing back (no Ray container left either: the switch removed Ray); an mp deploy then
-serves, status naming the ranks; a second mp deploy changes and restarts nothing; an mp release below the speed gate
+serves, status naming the ranks; a second mp deploy changes and restarts nothing; a headless rank killed converges by
+the supervisor alone (the whole group restarted, rank 0 last); an mp release below the speed gate
 is replaced by the proven mp release on every rank, which answers again; rollback.yml refuses the Ray release across
 the switch without changing a container; a deploy back to Ray leaves no vLLM rank on the workers and serves.
 
@@ -16,10 +17,12 @@ Not part of `make test` (its twenty minutes wait for the suite's time, issue 19;
 
 import json
 import re
+import time
 
 import pytest
 
 from ansible_lab import containers, extra_vars, recap, run_playbook, says_healthy, serving_cluster
+from test_healing_lab import vllm_start, wait_recovered
 
 pytestmark = pytest.mark.lab
 
@@ -82,6 +85,21 @@ def test_a_second_mp_deploy_changes_and_restarts_nothing(lab):
     assert rc == 0, out[-4000:]
     assert all(c["changed"] == 0 and c["failed"] == 0 for c in recap(out).values()), recap(out)
     assert containers(lab) == before
+
+
+def test_a_killed_headless_rank_converges_without_ansible(lab):
+    # The head keeps /health 200 while idle; the supervisor's real request finds the engine dead (vLLM #32136 leaves
+    # no half group behind): it restarts the whole group, the headless ranks first, then rank 0 with the engine.
+    before = vllm_start(lab)
+    started = time.time()
+    lab.host("spark-gamma").check_output("kill -9 $(docker inspect -f '{{.State.Pid}}' %s)" % VLLM)
+    _took, out = wait_recovered(lab, "mp: a headless rank killed", started, vllm_before=before,
+                                status_args=extra_vars(MP))
+    assert "The supervisor restarted the group 1 time" in out, out[-3000:]
+    starts = dict((node, lab.host(node).check_output("docker inspect -f '{{.State.StartedAt}}' %s" % VLLM))
+                  for node in lab.nodes)
+    assert all(start > time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(started)) for start in starts.values()), starts
+    assert starts[HEAD] == max(starts.values()), starts
 
 
 def test_an_mp_release_below_the_speed_gate_is_replaced_by_the_proven_one_on_every_rank(lab):

@@ -44,8 +44,13 @@ def test_every_node_the_engine_and_every_rank_are_scraped_over_rail_1_with_their
     assert config["rule_files"] == ["/etc/prometheus/rules/dgxspark_alerts.rules.yml"]
 
 
-def test_without_ray_metrics_no_ray_job():
-    config = prometheus_config(PLAN, dict(SCRAPE, scrape_ray=False))
+@pytest.mark.parametrize("settings, plan", [
+    (dict(SCRAPE, scrape_ray=False), PLAN),
+    # vLLM's own multi-node backend runs no Ray: nothing to scrape there, whatever scrape_ray says.
+    (SCRAPE, dict(PLAN, executor_backend="mp")),
+])
+def test_without_ray_metrics_or_without_ray_no_ray_job(settings, plan):
+    config = prometheus_config(plan, settings)
     assert [job["job_name"] for job in config["scrape_configs"]] == ["node", "vllm"]
 
 
@@ -77,16 +82,23 @@ def test_bad_settings_or_plan_are_refused_with_what_is_wrong(change, message):
         prometheus_config(plan, settings)
 
 
-@pytest.mark.parametrize("host, settings, containers, report, floor_bytes", [
+MP_PLAN = dict(PLAN, executor_backend="mp")
+
+
+@pytest.mark.parametrize("host, plan, settings, containers, report, floor_bytes", [
     # 121.7 GiB node, 103.445 GiB budget: 18.255 GiB outside vLLM, a quarter of it
-    ("spark-alpha", NODE, ["dgxspark-ray", "dgxspark-vllm"], "/var/lib/dgxspark/supervisor/report.json",
+    ("spark-alpha", PLAN, NODE, ["dgxspark-ray", "dgxspark-vllm"], "/var/lib/dgxspark/supervisor/report.json",
      int(0.25 * (121.7 - 103.445) * 2 ** 30)),
-    ("spark-gamma", NODE, ["dgxspark-ray"], "", int(0.25 * (121.7 - 103.445) * 2 ** 30)),
-    ("spark-beta", dict(NODE, memory_floor_gib="6"), ["dgxspark-ray"], "", 6 * 2 ** 30),
-    ("spark-beta", dict(NODE, memory_floor_share="0.5"), ["dgxspark-ray"], "", int(0.5 * (121.7 - 103.445) * 2 ** 30)),
+    ("spark-gamma", PLAN, NODE, ["dgxspark-ray"], "", int(0.25 * (121.7 - 103.445) * 2 ** 30)),
+    ("spark-beta", PLAN, dict(NODE, memory_floor_gib="6"), ["dgxspark-ray"], "", 6 * 2 ** 30),
+    ("spark-beta", PLAN, dict(NODE, memory_floor_share="0.5"), ["dgxspark-ray"], "", int(0.5 * (121.7 - 103.445) * 2 ** 30)),
+    # mp: every node's vLLM container is its rank, and no node has Ray's.
+    ("spark-alpha", MP_PLAN, NODE, ["dgxspark-vllm"], "/var/lib/dgxspark/supervisor/report.json",
+     int(0.25 * (121.7 - 103.445) * 2 ** 30)),
+    ("spark-gamma", MP_PLAN, NODE, ["dgxspark-vllm"], "", int(0.25 * (121.7 - 103.445) * 2 ** 30)),
 ])
-def test_node_metrics_settings(host, settings, containers, report, floor_bytes):
-    config = node_metrics_config(host, PLAN, settings)
+def test_node_metrics_settings(host, plan, settings, containers, report, floor_bytes):
+    config = node_metrics_config(host, plan, settings)
     assert config == {"node": host, "output": NODE["output"], "containers": containers, "supervisor_report": report,
                       "phase_dir": "/var/lib/dgxspark/phases", "nvidia_smi": "nvidia-smi", "memory_floor_bytes": floor_bytes}
 

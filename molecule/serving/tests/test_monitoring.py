@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Testinfra checks of the monitoring role in the serving scenario: the node exporter on each node's rail-1 address
+"""Testinfra checks of the monitoring role in both serving scenarios: the node exporter on each node's rail-1 address
 only, with the collection's gauges fresh in its output; Prometheus on the head with the alert rules loaded, its own
 0600 copy of the API key, and every target up (both node exporters and the engine's /metrics, which needs the key).
 (Dashboards against live data and a staged alert: tests/lab/test_monitoring_lab.py.)"""
@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import time
+
+from conftest import VLLM, node_container
 
 testinfra_hosts = ["ansible://spark-alpha", "ansible://spark-beta"]
 RAIL1 = {"spark-alpha": "192.168.100.10", "spark-beta": "192.168.100.11"}
@@ -24,17 +26,16 @@ def listening(host, port):
     return sorted(line.split()[3] for line in host.check_output("ss -Hltn 'sport = :%d'" % port).splitlines())
 
 
-def test_the_node_exporter_listens_on_rail_1_only_and_serves_the_gauges(host):
+def test_the_node_exporter_listens_on_rail_1_only_and_serves_the_gauges(host, backend):
     node = host.backend.get_hostname()
     assert host.service("prometheus-node-exporter").is_running and host.service("prometheus-node-exporter").is_enabled
     assert listening(host, 9100) == ["%s:9100" % RAIL1[node]]
-    expected = ['dgxspark_container_running{container="dgxspark-ray"} 1', "dgxspark_gpu_query_ok 1",
+    expected = ['dgxspark_container_running{container="%s"} 1' % node_container(backend), "dgxspark_gpu_query_ok 1",
                 'dgxspark_gpu_info{driver="', "dgxspark_gpu_sm_clock_max_mhz", "dgxspark_memory_floor_bytes",
                 # The collector reads the file without errors (a malformed file would show here as 1).
                 "node_textfile_scrape_error 0"]
     if node == "spark-alpha":
-        expected += ['dgxspark_container_running{container="dgxspark-vllm"} 1',
-                     'dgxspark_supervisor_phase{phase="serving"} 1']
+        expected += ['dgxspark_container_running{container="%s"} 1' % VLLM, 'dgxspark_supervisor_phase{phase="serving"} 1']
     # The lab writes the gauges every 30 s: a container the converge restarted shows up to 30 s later.
     deadline = time.time() + 75
     while True:

@@ -1,9 +1,10 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Testinfra checks of ray_cluster in the serving scenario: one Ray container per node, each with its own rail-1
-address as VLLM_HOST_IP and --node-ip-address, the non-carry-over file, token authentication with the token only in
-a 0600 file, vLLM's cache on the node, every planned node alive in Ray with one GPU (--check --diff of the converged
-scenario: see test_vllm_container.py)."""
+"""Testinfra checks of ray_cluster in both serving scenarios. Each node's serving container (Ray's, or with mp the
+node's vLLM rank) carries its own rail-1 address as VLLM_HOST_IP and vLLM's cache on the node. With Ray: one Ray
+container per node with --node-ip-address, the non-carry-over file, token authentication with the token only in a
+0600 file, every planned node alive in Ray with one GPU. With mp: no Ray container, token or port anywhere (--check
+--diff of the converged scenario: see test_vllm_container.py)."""
 
 from __future__ import annotations
 
@@ -13,21 +14,18 @@ import shlex
 
 import pytest
 
+from conftest import RAY, node_container
+
 
 testinfra_hosts = ["ansible://all"]
-CONTAINER = "dgxspark-ray"
+CONTAINER = RAY
+TOKEN = "/etc/dgxspark/secrets/ray_token"
 with open(os.path.join(os.environ.get("MOLECULE_PROJECT_DIRECTORY", "."), "roles", "ray_cluster", "files", "ray-nodes.py")) as _handle:
     RAY_NODES = _handle.read()
 
 
-@pytest.fixture(name="plan", scope="module")
-def fixture_plan(host):
-    # Once per host (an Ansible run each), not once per test.
-    return host.ansible("dgxspark.cluster.cluster_plan", "", check=False)["plan"]
-
-
-def inspect(host):
-    return json.loads(host.check_output("docker inspect %s" % CONTAINER))[0]
+def inspect(host, name=CONTAINER):
+    return json.loads(host.check_output("docker inspect %s" % name))[0]
 
 
 def env_of(container):
@@ -39,6 +37,7 @@ def rail1_address(plan, name):
     return node["rail_addresses"][plan["rails"][0]["name"]]
 
 
+@pytest.mark.usefixtures("ray_only")
 def test_container_runs_with_host_namespaces_and_restart_policy(host, plan):
     container = inspect(host)
     assert container["State"]["Running"] is True
@@ -54,20 +53,25 @@ def test_container_runs_with_host_namespaces_and_restart_policy(host, plan):
     assert container["HostConfig"]["Privileged"] is False
 
 
-def test_vllm_host_ip_is_this_nodes_own_rail1_address(host, plan):
+def test_vllm_host_ip_is_this_nodes_own_rail1_address(host, plan, backend):
     name = host.ansible.get_variables()["inventory_hostname"]
-    container = inspect(host)
+    container = inspect(host, node_container(backend))
     env = env_of(container)
     assert env["VLLM_HOST_IP"] == rail1_address(plan, name)
-    assert "--node-ip-address=%s" % rail1_address(plan, name) in container["Args"]
     others = [rail1_address(plan, n["host"]) for n in plan["nodes"] if n["host"] != name]
     assert env["VLLM_HOST_IP"] not in others
     assert env["NCCL_SOCKET_IFNAME"] == "=" + plan["rails"][0]["interface"]
-    assert env["RAY_memory_monitor_refresh_ms"] == "0"
+    # Gloo: vLLM's process groups with mp, Ray's collective setup with Ray (no `=` prefix there).
+    assert env["GLOO_SOCKET_IFNAME"] == plan["rails"][0]["interface"]
+    if backend == "ray":
+        assert "--node-ip-address=%s" % rail1_address(plan, name) in container["Args"]
+        assert env["RAY_memory_monitor_refresh_ms"] == "0"
+    else:
+        assert not [key for key in env if key.startswith("RAY_")], env
 
 
-def test_vllm_cache_is_the_nodes_own_directory_kept_across_restarts(host):
-    container = inspect(host)
+def test_vllm_cache_is_the_nodes_own_directory_kept_across_restarts(host, backend):
+    container = inspect(host, node_container(backend))
     cache = "/var/cache/dgxspark/vllm"
     assert env_of(container)["VLLM_CACHE_ROOT"] == cache
     mounts = {m["Destination"]: m for m in container["Mounts"]}
@@ -76,8 +80,9 @@ def test_vllm_cache_is_the_nodes_own_directory_kept_across_restarts(host):
     assert directory.is_directory and directory.user == "root" and directory.mode == 0o700
 
 
+@pytest.mark.usefixtures("ray_only")
 def test_token_only_in_a_0600_file(host):
-    token = host.file("/etc/dgxspark/secrets/ray_token")
+    token = host.file(TOKEN)
     assert token.mode == 0o600 and token.user == "root"
     assert host.file("/etc/dgxspark/secrets").mode == 0o700
     secret = token.content_string.strip()
@@ -90,6 +95,7 @@ def test_token_only_in_a_0600_file(host):
     assert secret not in host.run("docker logs %s 2>&1" % CONTAINER).stdout
 
 
+@pytest.mark.usefixtures("ray_only")
 def test_non_carry_over_list_names_the_per_host_keys(host):
     # The vLLM container writes it to $VLLM_CONFIG_ROOT/ray_non_carry_over_env_vars.json at start (test_vllm_container.py).
     env = env_of(inspect(host))
@@ -99,6 +105,7 @@ def test_non_carry_over_list_names_the_per_host_keys(host):
     assert env["VLLM_CONFIG_ROOT"] == "/run/dgxspark/vllm-config"
 
 
+@pytest.mark.usefixtures("ray_only")
 def test_every_planned_node_is_alive_in_ray_with_one_gpu(host, plan):
     if host.ansible.get_variables()["inventory_hostname"] != plan["head"]:
         pytest.skip("asked on the head")
@@ -107,6 +114,7 @@ def test_every_planned_node_is_alive_in_ray_with_one_gpu(host, plan):
     assert alive == sorted((rail1_address(plan, n["host"]), 1.0) for n in plan["nodes"])
 
 
+@pytest.mark.usefixtures("ray_only")
 def test_no_dashboard_and_fixed_ports(host, plan):
     listening = host.check_output("ss -ltnH")
     assert ":8265 " not in listening
@@ -114,3 +122,12 @@ def test_no_dashboard_and_fixed_ports(host, plan):
         assert ":6379 " in listening
     assert ":6380 " in listening and ":6381 " in listening
 
+
+
+@pytest.mark.usefixtures("mp_only")
+def test_mp_leaves_no_ray_container_token_or_port(host):
+    assert host.run("docker inspect %s" % CONTAINER).rc != 0
+    assert not host.file(TOKEN).exists
+    listening = host.check_output("ss -ltnH")
+    for port in (6379, 6380, 6381, 8265):
+        assert ":%d " % port not in listening, listening

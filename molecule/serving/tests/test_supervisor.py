@@ -1,13 +1,15 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Testinfra checks of the supervisor in the serving scenario: the service runs on the head, hardened, and reports the
-group serving from a real token; its key reaches the worker's node command only, which refuses anything but its verbs;
+"""Testinfra checks of the supervisor in both serving scenarios: the service runs on the head, hardened, and reports the
+group serving from a real token (the worker's Ray container, or with mp its headless rank); its key reaches the worker's node command only, which refuses anything but its verbs;
 no secret in its unit, argv, environment or report. (Faults and restarts: tests/lab/test_supervisor_lab.py.)"""
 
 from __future__ import annotations
 
 import json
 import time
+
+from conftest import node_container
 
 testinfra_hosts = ["ansible://spark-alpha"]
 UNIT = "dgxspark-supervisor.service"
@@ -27,7 +29,7 @@ def test_the_service_runs_enabled_and_hardened(host):
     assert "CapabilityBoundingSet=\n" in show + "\n"
 
 
-def test_it_sees_the_group_serving_from_a_real_token(host):
+def test_it_sees_the_group_serving_from_a_real_token(host, backend):
     deadline = time.time() + 60
     while time.time() < deadline:
         seen = report(host)
@@ -35,18 +37,19 @@ def test_it_sees_the_group_serving_from_a_real_token(host):
             break
         time.sleep(3)
     assert seen["phase"] == "serving" and seen["last_probe"]["ok"], seen
-    assert seen["nodes"]["spark-beta"]["reachable"] and seen["nodes"]["spark-beta"]["containers"]["dgxspark-ray"]["running"]
+    worker = seen["nodes"]["spark-beta"]
+    assert worker["reachable"] and worker["containers"][node_container(backend)]["running"], worker
     assert seen["nodes"]["spark-alpha"]["containers"]["dgxspark-vllm"]["running"]
     assert seen["budget_left"] == seen["budget_restarts"] == 3
 
 
-def test_its_key_reaches_the_node_command_only(host):
+def test_its_key_reaches_the_node_command_only(host, backend):
     ssh = ("ssh -F /dev/null -i /etc/dgxspark/supervisor/id_ed25519 -o BatchMode=yes -o IdentitiesOnly=yes "
            "-o StrictHostKeyChecking=yes -o UserKnownHostsFile=/etc/dgxspark/supervisor/known_hosts "
            "root@$(awk '{print $1}' /etc/dgxspark/supervisor/known_hosts) ")
     looked = host.run(ssh + "look")
     assert looked.rc == 0, looked.stderr
-    assert json.loads(looked.stdout)["containers"]["dgxspark-ray"]["running"] is True
+    assert json.loads(looked.stdout)["containers"][node_container(backend)]["running"] is True
     refused = host.run(ssh + "'cat /etc/shadow'")
     assert refused.rc == 2 and "only 'look', 'stop NAME' and 'start NAME' are allowed" in refused.stderr
     refused = host.run(ssh + "'stop sshd'")

@@ -1,8 +1,9 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Testinfra checks of vllm_container in the serving scenario: the endpoint answers with the key and refuses without it (401,
-/health open), the served name is listed, the key is in a 0600 file only (never in docker inspect, ps or the log),
-and --check --diff on the converged cluster changes nothing."""
+"""Testinfra checks of vllm_container on the head in both serving scenarios: the endpoint answers with the key and
+refuses without it (401, /health open), the served name is listed, the key is in a 0600 file only (never in docker
+inspect, ps or the log), the container holds no capability, and --check --diff on the converged cluster changes nothing.
+(Each node's rank and its options: test_ranks.py.)"""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ import shlex
 
 import pytest
 
-from conftest import recap_line
+from conftest import VLLM, recap_line
 
 testinfra_hosts = ["ansible://spark-alpha"]
-CONTAINER = "dgxspark-vllm"
+CONTAINER = VLLM
 KEY_FILE = "/etc/dgxspark/secrets/vllm_api_key"
 
 
@@ -37,8 +38,8 @@ def http(host, path, key=None, body=None):
 
 
 @pytest.fixture(name="served_name", scope="module")
-def fixture_served_name(host):
-    return host.ansible("dgxspark.cluster.cluster_plan", "", check=False)["plan"]["hf_repo"]
+def fixture_served_name(plan):
+    return plan["hf_repo"]
 
 
 def test_health_is_open(host):
@@ -74,11 +75,9 @@ def test_key_only_in_a_0600_file(host):
     assert key not in host.run("docker logs %s 2>&1" % CONTAINER).stdout
 
 
-def test_engine_runs_with_ray_over_every_node(host):
+def test_engine_runs_without_capabilities_or_a_restart_policy(host):
     container = json.loads(host.check_output("docker inspect %s" % CONTAINER))[0]
-    args = container["Config"]["Cmd"]
-    assert args[:1] == ["serve"]
-    assert args[args.index("--distributed-executor-backend") + 1] == "ray"
+    assert container["Config"]["Cmd"][:1] == ["serve"]
     # The supervisor alone restarts the group (within its budget): Docker must not loop on its own.
     assert container["HostConfig"]["RestartPolicy"]["Name"] == "no"
     assert container["Config"]["Tty"] is True
@@ -87,6 +86,7 @@ def test_engine_runs_with_ray_over_every_node(host):
     assert container["HostConfig"]["PidMode"] == "host"
 
 
+@pytest.mark.usefixtures("ray_only")
 def test_driver_does_not_carry_per_host_values_to_workers(host):
     names = json.loads(host.check_output("docker exec %s cat /run/dgxspark/vllm-config/ray_non_carry_over_env_vars.json" % CONTAINER))
     for key in ("VLLM_HOST_IP", "NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "VLLM_API_KEY"):
