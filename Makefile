@@ -9,7 +9,7 @@ PYTEST := $(BIN)/pytest
 MOLECULE_SCENARIOS := $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 
 .PHONY: help setup system-deps run plan lint yamllint ansible-lint sanity unit \
-	build promtool bench-lab bench-network bench-deploy bench-distribute bench-serving bench-release lab-up lab-down lab-status lab-test \
+	build promtool bench-lab bench-network bench-deploy bench-distribute bench-serving bench-release bench-backends lab-up lab-down lab-status lab-test \
 	molecule test clean
 
 help:
@@ -90,6 +90,10 @@ bench-faults: setup
 # Downtime of an option change, rollback.yml and an automatic rollback, against the engine's own restart.
 bench-release: setup
 	bench/release
+
+# Ray and vLLM's own multi-node backend (mp) side by side: first deploy, no-op, idle CPU and memory, a worker rank lost.
+bench-backends: setup
+	$(BIN)/python bench/backends
 
 # Benchmark a deployed endpoint (playbooks/benchmark.yml): make bench-serving INVENTORY=inventories/4node BENCH_ARGS='-e ...'
 bench-serving: setup
