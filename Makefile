@@ -10,13 +10,14 @@ MOLECULE_SCENARIOS := $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard mol
 
 .PHONY: help setup system-deps run plan lint yamllint ansible-lint sanity unit \
 	build promtool bench-lab bench-network bench-deploy bench-distribute bench-serving bench-release bench-backends lab-up lab-down lab-status lab-test \
-	molecule test clean
+	test-lab-mp molecule test clean
 
 help:
 	@echo "make run    - set everything up, bring up the 4-node virtual Spark lab and run the main job on it"
 	@echo "make test   - install what is needed and run every check and test (lab and molecule included)"
 	@echo "make plan INVENTORY=inventories/3node - print the cluster plan for an inventory (controller only)"
 	@echo "make lab-up NODES=2 | make lab-down | make lab-status"
+	@echo "make test-lab-mp - the serving lab tests with vLLM's own multi-node backend (make test runs them with Ray)"
 
 setup:
 	bash tools/setup.sh
@@ -68,6 +69,14 @@ lab-status: setup
 
 lab-test: lab-up
 	$(PYTEST) -m lab tests/lab
+
+# The serving lab modules (tests/lab/conftest.py's SERVING_MODULES, in that order) with vLLM's own multi-node backend;
+# `make test` runs them with Ray, and its second lab the switch between the two (test_backend_switch_lab.py). Beside
+# other labs: DGXSPARK_LAB_INSTANCE=2 DGXSPARK_LAB_STATE_SUFFIX=-2 make test-lab-mp.
+LAB_SERVING_MODULES := $(addprefix tests/lab/,test_deploy_lab.py test_healing_lab.py test_supervisor_lab.py \
+	test_benchmark_lab.py test_monitoring_lab.py test_diagnose_lab.py test_security_lab.py test_profile_patches_lab.py)
+test-lab-mp: lab-up
+	DGXSPARK_LAB_BACKEND=mp $(PYTEST) -p no:cacheprovider -m lab -s --durations=20 $(LAB_SERVING_MODULES)
 
 bench-lab: setup
 	bench/lab_up

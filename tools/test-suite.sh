@@ -74,13 +74,13 @@ cat .build/lab-up.log
 # ones (tests/lab/conftest.py): the two lanes end about together, so that neither runs alone on a machine that the
 # other left half idle.
 second_lab_first=(tests/lab/test_lab.py tests/lab/test_profile_patches_lab.py)
+# Last, on 4 nodes: the switch between the executor backends (vLLM's own multi-node backend from nothing, then Ray and
+# back), whose engine starts fill the time the second lab would otherwise leave the first alone.
 second_lab_last=(tests/lab/test_distribute_lab.py tests/lab/test_cx7_netplan_faults.py tests/lab/test_preflight_lab.py
                  tests/lab/test_cx7_netplan_bad_inputs.py tests/lab/test_cx7_netplan_generate.py
-                 tests/lab/test_fabric_check_lab.py tests/lab/test_os_hardening_lab.py)
-# Run by hand, not by `make test` (lab/README.md says why and how): vLLM's own multi-node backend with releases.
-by_hand=(tests/lab/test_mp_backend_lab.py)
+                 tests/lab/test_fabric_check_lab.py tests/lab/test_os_hardening_lab.py tests/lab/test_backend_switch_lab.py)
 first_lab_ignores=()
-for module in "${second_lab_first[@]}" "${second_lab_last[@]}" "${by_hand[@]}"; do first_lab_ignores+=("--ignore=$module"); done
+for module in "${second_lab_first[@]}" "${second_lab_last[@]}"; do first_lab_ignores+=("--ignore=$module"); done
 scenarios="serving $(ls molecule/*/molecule.yml | cut -d/ -f2 | grep -vx serving | sort | tr '\n' ' ')"
 (
     export DGXSPARK_LAB_INSTANCE=1 DGXSPARK_LAB_STATE_SUFFIX=-1 DGXSPARK_LAB_CPU_SHARES=256

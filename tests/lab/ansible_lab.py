@@ -9,6 +9,18 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ANSIBLE_PLAYBOOK = os.path.join(REPO, ".venv", "bin", "ansible-playbook")
+RAY = "dgxspark-ray"
+VLLM = "dgxspark-vllm"
+HEAD = "spark-alpha"
+BACKENDS = ("ray", "mp")
+# The executor backend every serving test deploys (DGXSPARK_LAB_BACKEND): Ray, the users' default and the inventory's,
+# or vLLM's own multi-node backend, as users ask for it (`-e dgxspark_executor_backend=mp`). `make test` runs the serving
+# modules under Ray; `make test-lab-mp` runs them under mp (lab/README.md).
+BACKEND = os.environ.get("DGXSPARK_LAB_BACKEND", "ray")
+# The lab inventory's vllm_container_extra_env, for a test whose own (an -e) replaces it.
+LAB_ENGINE_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+if BACKEND not in BACKENDS:
+    raise ValueError("DGXSPARK_LAB_BACKEND must be one of %s, not %r" % ("/".join(BACKENDS), BACKEND))
 
 
 def inventory(lab):
@@ -17,12 +29,24 @@ def inventory(lab):
     return live if os.path.isdir(live) else os.path.join(REPO, "inventories", "lab")
 
 
-def run_playbook(lab, playbook, *extra, on_line=None, timeout=900, kill_when=None):
-    """Run playbooks/<playbook> on every lab node; returns (rc, output). on_line(line) sees each output line; when
-    kill_when(line) is true, the run is killed at once with its workers (SIGKILL: a controller that dies mid-way)."""
+def backend_args(backend=None):
+    """ansible-playbook's arguments for BACKEND (the lab's when None): none for Ray, the inventory's own."""
+    backend = backend or BACKEND
+    return [] if backend == "ray" else ["-e", "dgxspark_executor_backend=%s" % backend]
+
+
+def node_container(backend=None):
+    """The container every node runs under BACKEND (the lab's when None): Ray's, or the node's vLLM rank."""
+    return RAY if (backend or BACKEND) == "ray" else VLLM
+
+
+def run_playbook(lab, playbook, *extra, on_line=None, timeout=900, kill_when=None, backend=None):
+    """Run playbooks/<playbook> on every lab node with BACKEND (the lab's when None); returns (rc, output).
+    on_line(line) sees each output line; when kill_when(line) is true, the run is killed at once with its workers
+    (SIGKILL: a controller that dies mid-way)."""
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0",
                PATH=os.path.join(REPO, ".venv", "bin") + os.pathsep + os.environ.get("PATH", ""))
-    cmd = [ANSIBLE_PLAYBOOK, os.path.join(REPO, "playbooks", playbook), "-i", inventory(lab)] + list(extra)
+    cmd = [ANSIBLE_PLAYBOOK, os.path.join(REPO, "playbooks", playbook), "-i", inventory(lab)] + backend_args(backend) + list(extra)
     # A run that may be killed gets its own process group, so that its forked workers die with it.
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
                             start_new_session=kill_when is not None)
@@ -70,7 +94,7 @@ def serving_lab(lab, count=4):
     return lab
 
 
-def containers(lab, names=("dgxspark-ray", "dgxspark-vllm")):
+def containers(lab, names=(RAY, VLLM)):
     """{node: {name: (id, started_at)}} of the serving containers each node has (Ray's, vLLM's)."""
     state = {}
     for node in lab.nodes:
@@ -93,8 +117,8 @@ def says_healthy(status_output):
 
 
 def serving_cluster(lab):
-    """The 4-node lab serving the users' default deploy (deploy-397b.yml), for a module that starts from it: deployed
-    only when status.yml does not say healthy. The modules that serve run last and one after the other (conftest.py)
+    """The 4-node lab serving the users' default deploy (deploy-397b.yml) with the lab's backend, for a module that
+    starts from it: deployed only when status.yml does not say healthy. The modules that serve run last and one after the other (conftest.py)
     and leave the cluster serving, so each pays for the change it makes, not for a start from nothing and a stop."""
     serving_lab(lab)
     rc, out = run_playbook(lab, "status.yml", timeout=300)

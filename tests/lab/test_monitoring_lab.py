@@ -16,11 +16,10 @@ import urllib.request
 
 import pytest
 
-from ansible_lab import REPO, run_playbook, serving_cluster
+from ansible_lab import HEAD, REPO, VLLM, node_container, run_playbook, serving_cluster
 
 pytestmark = pytest.mark.lab
 
-HEAD = "spark-alpha"
 STOPPED = "spark-delta"
 DASHBOARDS = sorted(glob.glob(os.path.join(REPO, "dashboards", "*.json")))
 
@@ -98,7 +97,8 @@ def test_every_dashboard_query_returns_live_data(benchmarked, path):
 def test_the_gauges_of_every_node_reach_prometheus(benchmarked):
     # The gauges are written every 30 s in the lab and scraped every 15 s: a container that an earlier module restarted
     # shows as running up to 45 s later.
-    running = sorted([(node, "dgxspark-ray") for node in benchmarked.nodes] + [(HEAD, "dgxspark-vllm")])
+    # Each node's group container (Ray's, or its rank under mp) and the engine on the head.
+    running = sorted(set([(node, node_container()) for node in benchmarked.nodes] + [(HEAD, VLLM)]))
     assert wait_for(lambda: query(benchmarked, "dgxspark_container_running == 1", "node", "container") == running, 90), \
         query(benchmarked, "dgxspark_container_running", "node", "container", "value")
     serving = 'dgxspark_supervisor_phase{phase="serving"}'

@@ -2,6 +2,7 @@
 
 Seed 003's 2-Spark shape (Qwen3-VL-235B AWQ at TP=2, with its own sitecustomize patch), as molecule's scenarios deploy
 it: two nodes show every kind of serving container (the head's Ray and vLLM, a worker's Ray) at half the CPU of four.
+Under mp (DGXSPARK_LAB_BACKEND=mp) every node's container is its vLLM rank, and the rest holds the same.
 
 - The deploy copies them to every node, mounts them into every serving container, the start scripts check their sha256
   and apply them (the Ray containers of every node and the vLLM container of the head), and the cluster serves.
@@ -23,7 +24,7 @@ import time
 import pytest
 import yaml
 
-from ansible_lab import REPO, extra_vars, playbook_ok, recap, run_playbook, serving_lab
+from ansible_lab import BACKEND, REPO, VLLM, extra_vars, node_container, playbook_ok, recap, run_playbook, serving_lab
 
 pytestmark = pytest.mark.lab
 
@@ -75,13 +76,13 @@ def deploy_args(directory, profile):
 
 def node_state(lab):
     """What a refused or no-op run must leave as it was: each node's container IDs and start times, its patch files
-    with their content, and how often the lab patch ran in its Ray container."""
+    with their content, and how often the lab patch ran in its group container (Ray's, or its rank under mp)."""
     state = {}
     for node in lab.nodes:
         host = lab.host(node)
         state[node] = (host.check_output("docker ps -aq --no-trunc | sort | xargs -r docker inspect -f '{{.Id}} {{.State.StartedAt}}'"),
                        host.check_output("find /etc/dgxspark/patches -type f -exec sha256sum {} + 2>/dev/null | sort || true"),
-                       host.check_output("docker exec dgxspark-ray cat /var/tmp/dgxspark-lab-patch"))
+                       host.check_output("docker exec %s cat /var/tmp/dgxspark-lab-patch" % node_container()))
     return state
 
 
@@ -102,7 +103,7 @@ def deployed(lab, profiles_dir):
 
 def test_every_serving_container_checked_and_applied_the_patches(lab, deployed):
     assert re.search(r"Smoke answer: \S", deployed), deployed[-3000:]
-    containers = [(node, "dgxspark-ray") for node in lab.nodes] + [(HEAD, "dgxspark-vllm")]
+    containers = sorted(set([(node, node_container()) for node in lab.nodes] + [(HEAD, VLLM)]))
     for node, container in containers:
         log = lab.host(node).check_output("docker logs %s 2>&1" % container)
         assert "dgxspark patches: lab_marker.py (python) verified and applied" in log, (node, container, log[-2000:])
@@ -116,13 +117,15 @@ def test_every_serving_container_checked_and_applied_the_patches(lab, deployed):
 def test_python_processes_of_the_containers_load_every_sitecustomize(lab, deployed):
     for node in lab.nodes:
         out = lab.host(node).check_output(
-            "docker exec dgxspark-ray python3 -c 'import sys, sitecustomize; "
-            "print(sitecustomize.__file__, sorted(type(f).__name__ for f in sys.meta_path if \"After\" in type(f).__name__))'")
+            "docker exec %s python3 -c 'import sys, sitecustomize; "
+            "print(sitecustomize.__file__, sorted(type(f).__name__ for f in sys.meta_path if \"After\" in type(f).__name__))'"
+            % node_container())
         # the collection's loader ran both: the seed 003 patch (torch) and the lab's (vLLM)
         assert out == "/opt/dgxspark/patches/site/sitecustomize.py ['_AfterTorchImport', '_AfterVllmImport']", (node, out)
-        # The Ray worker processes (the engine's actors run in them) inherit it from the container.
+        # The worker processes (the engine's: Ray's actors, or the ranks vLLM spawns under mp) inherit it from the container.
+        workers = "[d]efault_worker.py" if BACKEND == "ray" else "[m]ultiprocessing.spawn"
         environ = lab.host(node).check_output(
-            "for p in $(pgrep -f '[d]efault_worker.py' | head -3); do tr '\\0' '\\n' < /proc/$p/environ 2>/dev/null | grep ^PYTHONPATH=; done; true")
+            "for p in $(pgrep -f '" + workers + "' | head -3); do tr '\\0' '\\n' < /proc/$p/environ 2>/dev/null | grep ^PYTHONPATH=; done; true")
         assert environ and set(environ.splitlines()) == {"PYTHONPATH=/opt/dgxspark/patches/site"}, (node, environ)
 
 
@@ -149,18 +152,21 @@ def test_a_patch_for_another_vllm_is_refused_before_anything_changes(lab, deploy
 
 def test_a_patch_altered_on_a_node_stops_its_container_with_the_reason(lab, deployed, profiles_dir):
     worker = lab.host(WORKER)
-    worker.check_output("echo '# altered' >> /etc/dgxspark/patches/lab_marker.py && docker restart dgxspark-ray")
+    container = node_container()
+    worker.check_output("echo '# altered' >> /etc/dgxspark/patches/lab_marker.py && docker restart %s" % container)
     deadline, log = time.time() + 60, ""
     while time.time() < deadline and "not starting" not in log:
         time.sleep(2)
-        log = worker.check_output("docker logs --since 2m dgxspark-ray 2>&1")
+        log = worker.check_output("docker logs --since 2m %s 2>&1" % container)
     assert "/opt/dgxspark/patches/lab_marker.py has sha256" in log and "the profile records" in log, log[-2000:]
     # The ray phase (which pauses the supervisor) puts the file back (its stamp watches the files) and starts the
     # container with it, and waits until the node is back in Ray. (vLLM, whose engine lost that rank, is restarted with
-    # the group by the supervisor once the deploy resumes it: nothing waits for it here.)
+    # the group by the supervisor once the deploy resumes it: nothing waits for it here.) Under mp the rank is vLLM's
+    # container: the vllm phase starts the group again.
     started = int(time.time())
-    rc, out = run_playbook(lab, "deploy.yml", "--tags", "ray", *deploy_args(profiles_dir, "lab_patched"))
+    rc, out = run_playbook(lab, "deploy.yml", "--tags", "ray" if BACKEND == "ray" else "ray,vllm",
+                           *deploy_args(profiles_dir, "lab_patched"))
     assert rc == 0, out[-4000:]
-    assert "Ray on spark-alpha: 2/2 nodes alive, 2 GPUs" in out, out[-4000:]
-    log = worker.check_output("docker logs --since %d dgxspark-ray 2>&1" % started)
+    assert BACKEND != "ray" or "Ray on spark-alpha: 2/2 nodes alive, 2 GPUs" in out, out[-4000:]
+    log = worker.check_output("docker logs --since %d %s 2>&1" % (started, container))
     assert "dgxspark patches: lab_marker.py (python) verified and applied" in log, log[-2000:]

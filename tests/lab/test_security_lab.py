@@ -8,6 +8,8 @@
   node only, restarting nothing (Docker requires the firewall unit: molecule/node_firewall shows it failing closed).
 - No secret (API key, Ray token, Hugging Face token) in `ps`, `docker inspect` of every container, the play's output,
   the journal or any container's log on any node; the files that hold them are 0600 root.
+Under mp (DGXSPARK_LAB_BACKEND=mp) the same, with vLLM's rendezvous port in place of Ray's ports, no Ray token on any
+node, and each node's rank container holding what Ray's holds with Ray.
 
     python3 lab/labctl.py up --serving && .venv/bin/python -m pytest -m lab tests/lab/test_security_lab.py
 """
@@ -23,7 +25,7 @@ import urllib.request
 
 import pytest
 
-from ansible_lab import recap, run_playbook, says_healthy, serving_lab
+from ansible_lab import BACKEND, HEAD, RAY, VLLM, node_container, recap, run_playbook, says_healthy, serving_lab
 
 pytestmark = pytest.mark.lab
 
@@ -32,7 +34,10 @@ SSH_PORT = 22
 # Prometheus on the head (roles/monitoring) answers dgxspark_monitoring_allowed_cidrs, as the API answers
 # dgxspark_api_allowed_cidrs: in the lab, the management network (tests/lab/test_monitoring_lab.py reads it from there).
 PROMETHEUS_PORT = 9090
-HEAD = "spark-alpha"
+# What Ray fixes on the head (GCS, and the ports inventories/lab pins); with mp, rank 0's rendezvous (the plan's default
+# dgxspark_mp_master_port).
+RAY_FIXED_PORTS = {6379, 6380, 6381}
+MP_MASTER_PORT = 29501
 # Fixed, so that a re-run restarts nothing; only ever on the lab.
 HF_TOKEN = "hf_dgxsparkLabSecurityCheck0123456789abcdef"
 NODE_SECRETS_DIR = "/etc/dgxspark/secrets"
@@ -90,8 +95,10 @@ def deployed(lab, tmp_path_factory):
 @pytest.fixture(scope="module")
 def secrets(lab, deployed):
     """{name: value} of every secret the deploy uses."""
-    values = {"vllm_api_key": controller_secret(lab, "vllm_api_key"), "ray_token": controller_secret(lab, "ray_token"),
-              "hf_token": HF_TOKEN}
+    values = {"vllm_api_key": controller_secret(lab, "vllm_api_key"), "hf_token": HF_TOKEN}
+    # Made by the first Ray deploy; under mp none is made, but one left from an earlier Ray deploy is searched for too.
+    if BACKEND == "ray" or os.path.exists(os.path.join(lab.state_dir, "secrets", "ray_token")):
+        values["ray_token"] = controller_secret(lab, "ray_token")
     assert all(len(v) >= 16 for v in values.values()), "a secret too short to search for"
     return values
 
@@ -107,9 +114,13 @@ def test_no_ray_port_answers_from_the_management_network(lab, deployed):
     for node in lab.nodes:
         ports = listening_ports(lab.host(node)) - {SSH_PORT, API_PORT, PROMETHEUS_PORT}
         closed[node] = sorted(ports)
-    # What Ray fixes on the head must be among them, or the check below proves nothing.
-    assert {6379, 6380, 6381} <= set(closed[HEAD]), closed
-    assert all({6380, 6381} <= set(ports) for ports in closed.values()), closed
+    # What Ray (or vLLM's rendezvous under mp) fixes on the head must be among them, or the check below proves nothing.
+    if BACKEND == "ray":
+        assert RAY_FIXED_PORTS <= set(closed[HEAD]), closed
+        assert all({6380, 6381} <= set(ports) for ports in closed.values()), closed
+    else:
+        assert MP_MASTER_PORT in closed[HEAD], closed
+        assert not any(RAY_FIXED_PORTS & set(ports) for ports in closed.values()), closed
     probes = [(node, port) for node, ports in closed.items() for port in ports]
     with concurrent.futures.ThreadPoolExecutor(max_workers=32) as pool:
         results = list(pool.map(lambda probe: answers(lab.mgmt_ip[probe[0]], probe[1]), probes))
@@ -159,7 +170,8 @@ def test_firewall_converged_second_run_changes_and_reloads_nothing(lab, deployed
 
 def test_a_deleted_table_fails_status_and_a_deploy_loads_it_again_without_restarting_anything(lab, deployed):
     gamma = lab.host("spark-gamma")
-    containers = lab.host(HEAD).check_output("docker inspect -f '{{.Id}} {{.State.StartedAt}}' dgxspark-ray dgxspark-vllm")
+    names = " ".join(sorted({node_container(), VLLM}))
+    containers = lab.host(HEAD).check_output("docker inspect -f '{{.Id}} {{.State.StartedAt}}' %s" % names)
     gamma.check_output("nft delete table inet dgxspark")  # as a `flush ruleset` of another tool would
     rc, out = run_playbook(lab, "status.yml", timeout=300)
     assert rc != 0 and not says_healthy(out)
@@ -170,7 +182,7 @@ def test_a_deleted_table_fails_status_and_a_deploy_loads_it_again_without_restar
     assert gamma.run("nft list table inet dgxspark").rc == 0
     changed = {host: counts["changed"] for host, counts in recap(out).items() if counts["changed"]}
     assert set(changed) <= {"spark-gamma"}, changed  # the reload and the stamps, on that node only
-    assert lab.host(HEAD).check_output("docker inspect -f '{{.Id}} {{.State.StartedAt}}' dgxspark-ray dgxspark-vllm") == containers
+    assert lab.host(HEAD).check_output("docker inspect -f '{{.Id}} {{.State.StartedAt}}' %s" % names) == containers
 
 
 def test_check_diff_shows_the_ruleset_change_and_changes_nothing(lab, deployed):
@@ -207,14 +219,15 @@ def test_secret_files_are_0600_root(lab, deployed):
         directory = host.file(NODE_SECRETS_DIR)
         assert directory.is_directory and directory.user == "root" and directory.mode == 0o700, node
         names = host.check_output("ls -A %s" % NODE_SECRETS_DIR).split()
-        assert "ray_token" in names, (node, names)
+        # The Ray token with Ray only: no node keeps one under mp.
+        assert ("ray_token" in names) is (BACKEND == "ray"), (node, names)
         for name in names:
             secret = host.file("%s/%s" % (NODE_SECRETS_DIR, name))
             assert (secret.user, secret.group, secret.mode) == ("root", "root", 0o600), (node, name, oct(secret.mode))
     head_secrets = set(lab.host(HEAD).check_output("ls -A %s" % NODE_SECRETS_DIR).split())
     # vLLM runs with the Hub offline and the download is over: no Hugging Face token is kept where nothing reads it.
     assert "vllm_api_key" in head_secrets and not head_secrets & {"hf_token", "distribute_hf_token"}, head_secrets
-    for name in ("ray_token", "vllm_api_key"):
+    for name in ("ray_token", "vllm_api_key") if BACKEND == "ray" else ("vllm_api_key",):
         info = os.stat(os.path.join(lab.state_dir, "secrets", name))
         assert stat.S_IMODE(info.st_mode) == 0o600 and info.st_uid == 0, name
 
@@ -224,7 +237,7 @@ CAP_IPC_LOCK = 1 << 14
 
 
 def test_no_serving_process_can_gain_privileges(lab, deployed):
-    containers = [(node, "dgxspark-ray") for node in lab.nodes] + [(HEAD, "dgxspark-vllm")]
+    containers = sorted(set([(node, node_container()) for node in lab.nodes] + [(HEAD, VLLM)]))
     for node, container in containers:
         options = lab.host(node).check_output("docker inspect --format '{{json .HostConfig.SecurityOpt}}' %s" % container)
         assert "no-new-privileges" in json.loads(options), (node, container, options)
@@ -236,9 +249,12 @@ def test_no_serving_process_can_gain_privileges(lab, deployed):
 def test_each_container_has_only_the_capabilities_and_pid_namespace_it_needs(lab, deployed):
     # Ray: IPC_LOCK alone (RDMA memory registration); vLLM's API server and engine core: none. The head's two containers
     # share the node's PID namespace (the driver and its raylet find each other by PID), a worker keeps its own.
-    expected = dict(((node, "dgxspark-ray"), (CAP_IPC_LOCK, ["IPC_LOCK"], "host" if node == HEAD else ""))
-                    for node in lab.nodes)
-    expected[(HEAD, "dgxspark-vllm")] = (0, [], "host")
+    # mp: every node's rank registers RDMA memory (IPC_LOCK), each in its own PID namespace.
+    if BACKEND == "ray":
+        expected = dict(((node, RAY), (CAP_IPC_LOCK, ["IPC_LOCK"], "host" if node == HEAD else "")) for node in lab.nodes)
+        expected[(HEAD, VLLM)] = (0, [], "host")
+    else:
+        expected = dict(((node, VLLM), (CAP_IPC_LOCK, ["IPC_LOCK"], "")) for node in lab.nodes)
     for (node, container), (caps, added, pid_mode) in expected.items():
         host = lab.host(node)
         config = json.loads(host.check_output("docker inspect --format '{{json .HostConfig}}' %s" % container))
@@ -247,6 +263,7 @@ def test_each_container_has_only_the_capabilities_and_pid_namespace_it_needs(lab
         status = dict(line.split(":\t") for line in host.check_output(
             "docker exec %s grep -E '^Cap(Eff|Bnd)' /proc/self/status" % container).splitlines())
         assert int(status["CapEff"], 16) == caps and int(status["CapBnd"], 16) == caps, (node, container, status)
-    # A worker's container sees its own processes only; the head's sees the node's (its systemd as PID 1).
-    assert lab.host("spark-beta").check_output("docker exec dgxspark-ray cat /proc/1/comm") != "systemd"
-    assert lab.host(HEAD).check_output("docker exec dgxspark-ray cat /proc/1/comm") == "systemd"
+    # A worker's container sees its own processes only; with Ray the head's sees the node's (its systemd as PID 1).
+    assert lab.host("spark-beta").check_output("docker exec %s cat /proc/1/comm" % node_container()) != "systemd"
+    head_pid1 = lab.host(HEAD).check_output("docker exec %s cat /proc/1/comm" % node_container())
+    assert (head_pid1 == "systemd") is (BACKEND == "ray"), head_pid1

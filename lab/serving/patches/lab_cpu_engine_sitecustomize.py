@@ -71,6 +71,10 @@ def _hang_at_shard(module):
         try:
             shards = int(os.environ.get("DGXSPARK_LAB_HANG_AT_SHARD", ""))
         except ValueError:
+            shards = None
+        # Outside the handler: an error of the load itself (a corrupt shard) must not come chained to this ValueError,
+        # which would then be the log's first exception.
+        if shards is None:
             return safe_open(*args, **kwargs)
         # A slow disk: each shard takes long enough for the progress bar (tqdm, 0.1 s apart at most) to print its k/n.
         time.sleep(0.5)

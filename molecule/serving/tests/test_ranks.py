@@ -57,6 +57,18 @@ def test_with_mp_every_node_runs_its_own_rank_of_one_group(host, plan):
 
 
 @pytest.mark.usefixtures("mp_only")
+def test_with_mp_each_rank_has_its_nodes_rdma_access_and_nothing_more(host):
+    # NCCL over RoCE runs in the rank's container: the RDMA devices (none on a lab node: dgxspark_serving_rdma_devices),
+    # the memlock limit and IPC_LOCK, exactly as Ray's container has them with Ray; nothing else, in its own PID namespace.
+    config = vllm_container(host)["HostConfig"]
+    variables = host.ansible.get_variables()
+    devices = [device["PathOnHost"] for device in config["Devices"] or []]
+    assert devices == list(variables.get("dgxspark_serving_rdma_devices", ["/dev/infiniband"]))
+    assert (config["CapDrop"], config["CapAdd"]) == (["ALL"], ["IPC_LOCK"])
+    assert config["PidMode"] == "" and "no-new-privileges" in config["SecurityOpt"]
+
+
+@pytest.mark.usefixtures("mp_only")
 def test_with_mp_the_key_and_the_api_are_the_heads_only(host, plan):
     container = vllm_container(host)
     env = dict(item.split("=", 1) for item in container["Config"]["Env"])

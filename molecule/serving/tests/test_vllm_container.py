@@ -2,7 +2,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Testinfra checks of vllm_container on the head in both serving scenarios: the endpoint answers with the key and
 refuses without it (401, /health open), the served name is listed, the key is in a 0600 file only (never in docker
-inspect, ps or the log), the container holds no capability, and --check --diff on the converged cluster changes nothing.
+inspect, ps or the log), the container holds no capability but a rank's (mp), and --check --diff on the converged
+cluster changes nothing.
 (Each node's rank and its options: test_ranks.py.)"""
 
 from __future__ import annotations
@@ -75,15 +76,19 @@ def test_key_only_in_a_0600_file(host):
     assert key not in host.run("docker logs %s 2>&1" % CONTAINER).stdout
 
 
-def test_engine_runs_without_capabilities_or_a_restart_policy(host):
+def test_engine_runs_without_capabilities_or_a_restart_policy(host, backend):
     container = json.loads(host.check_output("docker inspect %s" % CONTAINER))[0]
     assert container["Config"]["Cmd"][:1] == ["serve"]
     # The supervisor alone restarts the group (within its budget): Docker must not loop on its own.
     assert container["HostConfig"]["RestartPolicy"]["Name"] == "no"
     assert container["Config"]["Tty"] is True
-    # No capability at all (the API server and the engine core need none), the head's PID namespace (its raylet).
-    assert (container["HostConfig"]["CapDrop"], container["HostConfig"]["CapAdd"]) == (["ALL"], [])
-    assert container["HostConfig"]["PidMode"] == "host"
+    # With Ray: no capability at all (the API server and the engine core need none), the head's PID namespace (its
+    # raylet). With mp it is rank 0 as well (test_ranks.py checks a rank's RDMA access), in its own PID namespace.
+    if backend == "ray":
+        assert (container["HostConfig"]["CapDrop"], container["HostConfig"]["CapAdd"]) == (["ALL"], [])
+        assert container["HostConfig"]["PidMode"] == "host"
+    else:
+        assert container["HostConfig"]["PidMode"] == ""
 
 
 @pytest.mark.usefixtures("ray_only")
