@@ -85,6 +85,17 @@ def recap(output):
     return result
 
 
+def changed_tasks(output):
+    """The tasks that reported a change, each once with its hosts ("TASK name: host, host"): why a run was not a no-op."""
+    found, task = {}, None
+    for line in output.splitlines():
+        if line.startswith("TASK ["):
+            task = line[len("TASK ["):].rsplit("]", 1)[0]
+        elif line.startswith("changed: [") and task is not None:
+            found.setdefault(task, []).append(line[len("changed: ["):].split("]", 1)[0])
+    return ["%s: %s" % (name, ", ".join(hosts)) for name, hosts in found.items()]
+
+
 def serving_lab(lab, count=4):
     """The lab at COUNT nodes with the serving image and the lab model on every node (what a deploy test starts
     from)."""

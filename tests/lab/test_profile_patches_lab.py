@@ -122,11 +122,16 @@ def test_python_processes_of_the_containers_load_every_sitecustomize(lab, deploy
             % node_container())
         # the collection's loader ran both: the seed 003 patch (torch) and the lab's (vLLM)
         assert out == "/opt/dgxspark/patches/site/sitecustomize.py ['_AfterTorchImport', '_AfterVllmImport']", (node, out)
-        # The worker processes (the engine's: Ray's actors, or the ranks vLLM spawns under mp) inherit it from the container.
-        workers = "[d]efault_worker.py" if BACKEND == "ray" else "[m]ultiprocessing.spawn"
-        environ = lab.host(node).check_output(
-            "for p in $(pgrep -f '" + workers + "' | head -3); do tr '\\0' '\\n' < /proc/$p/environ 2>/dev/null | grep ^PYTHONPATH=; done; true")
-        assert environ and set(environ.splitlines()) == {"PYTHONPATH=/opt/dgxspark/patches/site"}, (node, environ)
+        # The worker processes (the engine's) run it too. With Ray, its workers inherit it from the container. With mp,
+        # vLLM's workers rename themselves (VLLM::Worker_TP0, over their environment's memory): the lab patch's own line
+        # for the weight loader, which only a worker imports, shows the sitecustomize ran there.
+        if BACKEND == "ray":
+            environ = lab.host(node).check_output(
+                "for p in $(pgrep -f '[d]efault_worker.py' | head -3); do tr '\\0' '\\n' < /proc/$p/environ 2>/dev/null | grep ^PYTHONPATH=; done; true")
+            assert environ and set(environ.splitlines()) == {"PYTHONPATH=/opt/dgxspark/patches/site"}, (node, environ)
+        else:
+            log = lab.host(node).check_output("docker logs %s 2>&1" % VLLM)
+            assert "dgxspark LAB patch: vllm.model_executor.model_loader.weight_utils changed" in log, (node, log[-2000:])
 
 
 def test_a_rerun_changes_and_restarts_nothing(lab, deployed, profiles_dir):

@@ -217,6 +217,8 @@ def test_secret_files_are_0600_root(lab, deployed):
     for node in lab.nodes:
         host = lab.host(node)
         directory = host.file(NODE_SECRETS_DIR)
+        if BACKEND == "mp" and node != HEAD and not directory.exists:
+            continue  # a headless rank holds no secret: no Ray token, and the key is the head's
         assert directory.is_directory and directory.user == "root" and directory.mode == 0o700, node
         names = host.check_output("ls -A %s" % NODE_SECRETS_DIR).split()
         # The Ray token with Ray only: no node keeps one under mp.
