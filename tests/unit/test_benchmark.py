@@ -100,9 +100,10 @@ def test_request_body_is_unique_and_exact():
 class PacedCompletions(http.server.BaseHTTPRequestHandler):
     """/v1/completions streamed the way vLLM streams them (one `data:` chunk per token, then the usage chunk and
     `[DONE]`), at a known pace: the truth the sweep's figures are checked against. Bearer `k` or 401."""
-    # 12 tokens span 1.1 s: a client thread scheduled 50 ms late on a loaded machine (the unit tests run beside the labs)
-    # moves its figure by under 5 %; at 40 tok/s (0.275 s) that was 18 %, and the test failed under load.
-    tokens_per_s = 10.0
+    # 12 tokens span 5.5 s: a client thread that receives its first or last token 130 ms late on a loaded machine (the
+    # unit tests run beside the labs' build) moves its figure by 2.4 %. At 10 tok/s (1.1 s) that was 12 % and the test
+    # failed in a full run; at 40 tok/s (0.275 s), 18 %.
+    tokens_per_s = 2.0
 
     def do_POST(self):  # noqa: N802 (http.server's name)
         body = json.loads(self.rfile.read(int(self.headers['Content-Length'])))
@@ -148,7 +149,7 @@ def paced_server():
 @pytest.mark.parametrize('concurrency', [1, 4])
 def test_sweep_matches_the_server_s_pace(paced_server, concurrency):
     url, paces = paced_server
-    records, wall = run_level(url, 'k', 'lab', concurrency, 16, 12, 1, 10)
+    records, wall = run_level(url, 'k', 'lab', concurrency, 16, 12, 1, 30)
     row = summarize_level(concurrency, records, wall)
     assert row['errors'] == 0 and row['requests'] == concurrency and len(paces) == concurrency
     # The client's per-user rate is the pace the server sent at ((n-1)/span, not n/span: 9% apart with 12 tokens).
