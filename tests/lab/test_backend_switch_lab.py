@@ -22,9 +22,9 @@ import time
 
 import pytest
 
-from ansible_lab import (HEAD, RAY, VLLM, backend_args, changed_tasks, containers, extra_vars, recap, run_playbook,
-                         says_healthy, serving_lab)
-from test_healing_lab import vllm_start, wait_recovered
+from ansible_lab import (HEAD, RAY, VLLM, changed_tasks, containers, extra_vars, recap, run_playbook, says_healthy,
+                         serving_lab)
+from test_healing_lab import group_starts, status, vllm_start, wait_recovered
 
 pytestmark = pytest.mark.lab
 
@@ -34,11 +34,6 @@ SLOW = {"vllm_container_min_tokens_per_s": 100000}
 
 def args_of(lab, node):
     return json.loads(lab.host(node).check_output("docker inspect --format '{{json .Args}}' %s" % VLLM))
-
-
-def status(lab, backend):
-    rc, out = run_playbook(lab, "status.yml", backend=backend)
-    return rc, out
 
 
 @pytest.fixture(scope="module")
@@ -77,12 +72,9 @@ def test_a_killed_headless_rank_converges_without_ansible(lab, mp_deployed):
     before = vllm_start(lab)
     started = time.time()
     lab.host("spark-gamma").check_output("kill -9 $(docker inspect -f '{{.State.Pid}}' %s)" % VLLM)
-    _took, out = wait_recovered(lab, "mp: a headless rank killed", started, vllm_before=before,
-                                status_args=backend_args("mp"))
+    _took, out = wait_recovered(lab, "mp: a headless rank killed", started, vllm_before=before, backend="mp")
     assert "The supervisor restarted the group 1 time" in out, out[-3000:]
-    starts = dict((node, lab.host(node).check_output("docker inspect -f '{{.State.StartedAt}}' %s" % VLLM))
-                  for node in lab.nodes)
-    assert all(start > time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(started)) for start in starts.values()), starts
+    starts = group_starts(lab, started, backend="mp")
     assert starts[HEAD] == max(starts.values()), starts
 
 

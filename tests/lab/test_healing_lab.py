@@ -45,8 +45,8 @@ def api_answers(lab):
         return False
 
 
-def status(lab, *extra):
-    rc, out = run_playbook(lab, "status.yml", *extra, timeout=300)
+def status(lab, backend=None):
+    rc, out = run_playbook(lab, "status.yml", timeout=300, backend=backend)
     return rc, out
 
 
@@ -58,8 +58,8 @@ def vllm_start(lab):
         return None
 
 
-def wait_recovered(lab, fault, started, vllm_before=None, status_args=()):
-    """Poll the API until it answers, then status.yml (with status_args: the inventory's backend, say) until healthy;
+def wait_recovered(lab, fault, started, vllm_before=None, backend=None):
+    """Poll the API until it answers, then status.yml (with BACKEND, the lab's when None) until healthy;
     print and return the recovery time. With vllm_before (the vLLM start before the fault), the fault must first have
     reached vLLM (its engine lost a rank and it started again), so that a healthy status read before the fault spread
     does not count."""
@@ -69,7 +69,7 @@ def wait_recovered(lab, fault, started, vllm_before=None, status_args=()):
             time.sleep(2)
             continue
         if api_answers(lab):
-            rc, out = status(lab, *status_args)
+            rc, out = status(lab, backend)
             if rc == 0 and says_healthy(out):
                 took = time.time() - started
                 print("\nRECOVERY %s: %.0f s" % (fault, took))
@@ -78,7 +78,7 @@ def wait_recovered(lab, fault, started, vllm_before=None, status_args=()):
     # The collection's own status (every node's Ray and vLLM containers, restarts, last error) says why, read now: the
     # loop only reads it once the API answers.
     api = "answers" if api_answers(lab) else "does not answer"
-    _rc, out = status(lab, *status_args)
+    _rc, out = status(lab, backend)
     pytest.fail("%s: not healthy %d s after the fault (vLLM started %s, before the fault %s; the API %s); status now:\n%s"
                 % (fault, RECOVERY_LIMIT_S, vllm_start(lab), vllm_before, api, out[-6000:]))
     return None
@@ -91,9 +91,10 @@ def deployed(lab):
     lab.labctl("up", "--nodes", "4")
 
 
-def group_starts(lab, since):
-    """{node: when its group container started}, each asserted to be after SINCE (a time.time())."""
-    starts = dict((node, lab.host(node).check_output("docker inspect -f '{{.State.StartedAt}}' %s" % node_container()))
+def group_starts(lab, since, backend=None):
+    """{node: when its group container started under BACKEND (the lab's when None)}, each asserted to be after SINCE
+    (a time.time())."""
+    starts = dict((node, lab.host(node).check_output("docker inspect -f '{{.State.StartedAt}}' %s" % node_container(backend)))
                   for node in lab.nodes)
     assert all(start > time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(since)) for start in starts.values()), starts
     return starts
