@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """Print the table of `make test`'s parts and their wall times (.build/test-durations.tsv, written by tools/timed.sh;
 the lab's modules and molecule's scenarios have a row each), then the run's own wall time (.build/test-started): the
-lab's build runs beside the checks, so the parts add up to more than the run took."""
+lab's build runs beside the checks, so the parts add up to more than the run took. Last, the tests that failed, each
+with the first line of its error (the pytest runs' JUnit files), where CI's excerpt of the output still shows them."""
+import glob
 import os
 import sys
 import time
+import xml.etree.ElementTree as ElementTree
 
 # Where the CPU time of every Docker container (the lab's nodes, and the serving containers inside them) adds up:
 # cgroup v1's cpuacct (nanoseconds), or cgroup v2 with Docker's cgroupfs driver (microseconds).
@@ -114,8 +117,46 @@ def print_machine_load(path):
                  load["run_queue_max"]))
 
 
+# At most this many failed tests, each line at most this long: the end of the output is what CI shows.
+MAX_FAILURES = 8
+MAX_FAILURE_LINE = 400
+
+
+def failed_tests(junit_text):
+    """(test id, first line of its error) for each test of a pytest JUnit file that failed or erred."""
+    found = []
+    for case in ElementTree.fromstring(junit_text).iter("testcase"):
+        for outcome in ("failure", "error"):
+            element = case.find(outcome)
+            if element is None:
+                continue
+            message = (element.get("message") or element.text or "").strip()
+            test_id = "%s::%s" % (case.get("classname", "?").rsplit(".", 1)[-1], case.get("name", "?"))
+            found.append(("%s%s" % (test_id, " (error)" if outcome == "error" else ""),
+                          message.splitlines()[0] if message else "(no message)"))
+    return found
+
+
+def print_failures(pattern):
+    lines = []
+    for path in sorted(glob.glob(pattern)):
+        try:
+            with open(path, encoding="utf-8") as handle:
+                found = failed_tests(handle.read())
+        except (OSError, ElementTree.ParseError):
+            continue  # a run stopped while writing its file
+        label = os.path.basename(path)[len("junit-"):-len(".xml")]
+        lines += ["  %s: %s: %s" % (label, test_id, message) for test_id, message in found]
+    if lines:
+        print("\nmake test: the tests that failed (%s)" % pattern)
+        for line in lines[:MAX_FAILURES]:
+            print(line if len(line) <= MAX_FAILURE_LINE else line[:MAX_FAILURE_LINE - 3] + "...")
+        if len(lines) > MAX_FAILURES:
+            print("  ... and %d more" % (len(lines) - MAX_FAILURES))
+
+
 def main(path=".build/test-durations.tsv", started_path=".build/test-started", vmstat_path=".build/vmstat.log",
-         cpu_path=".build/cpu-started"):
+         cpu_path=".build/cpu-started", junit_pattern=".build/junit-*.xml"):
     try:
         with open(path, encoding="utf-8") as handle:
             rows = [line.rstrip("\n").split("\t") for line in handle if line.strip()]
@@ -134,6 +175,7 @@ def main(path=".build/test-durations.tsv", started_path=".build/test-started", v
         print("  %-*s %6d s  (%.1f min)" % (width, "wall time of the run", wall, wall / 60.0))
         print_cpu_split(cpu_path, wall)
     print_machine_load(vmstat_path)
+    print_failures(junit_pattern)
     return 0
 
 

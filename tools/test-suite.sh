@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .build
-rm -f .build/test-durations.tsv .build/lab-up.log .build/cpu-started
+rm -f .build/test-durations.tsv .build/lab-up.log .build/cpu-started .build/junit-*.xml
 date +%s > .build/test-started
 # The machine's and the containers' CPU counters now: the table ends with what the run's CPU went to.
 python3 tools/durations.py --cpu-counters > .build/cpu-started || rm -f .build/cpu-started
@@ -57,7 +57,7 @@ t setup bash tools/setup.sh
     t ansible-lint env PATH="$PWD/.venv/bin:$PATH" .venv/bin/ansible-lint --profile production --nocolor &&
     t promtool bash tools/promtool.sh &&
     t sanity bash tools/sanity.sh &&
-    t unit .venv/bin/pytest -n auto tests/unit tests/lab/test_labctl_unit.py &&
+    t unit .venv/bin/pytest -n auto --junitxml=.build/junit-unit.xml tests/unit tests/lab/test_labctl_unit.py &&
     t build bash -c 'rm -rf .build/dist && mkdir -p .build/dist && .venv/bin/ansible-galaxy collection build --output-path .build/dist .'
 ) > .build/checks.log 2>&1 &
 checks=$!
@@ -85,20 +85,22 @@ scenarios="serving $(ls molecule/*/molecule.yml | cut -d/ -f2 | grep -vx serving
 (
     export DGXSPARK_LAB_INSTANCE=1 DGXSPARK_LAB_STATE_SUFFIX=-1 DGXSPARK_LAB_CPU_SHARES=256
     second_lab_pytest() {
+        local junit=$1
+        shift
         DGXSPARK_TEST_DURATIONS=.build/test-durations.tsv .venv/bin/pytest -p no:cacheprovider -m lab --durations=15 \
-            --durations-min=20 "$@"
+            --durations-min=20 --junitxml=".build/junit-$junit.xml" "$@"
     }
-    DGXSPARK_LAB_NODES=2 second_lab_pytest "${second_lab_first[@]}" || exit 1
+    DGXSPARK_LAB_NODES=2 second_lab_pytest lab1-first "${second_lab_first[@]}" || exit 1
     for scenario in $scenarios; do
         t "molecule/$scenario" env PATH="$PWD/.venv/bin:$PATH" .venv/bin/molecule test -s "$scenario" || exit 1
     done
-    second_lab_pytest "${second_lab_last[@]}" || exit 1
+    second_lab_pytest lab1-last "${second_lab_last[@]}" || exit 1
     python3 lab/labctl.py down
 ) > .build/second-lab.log 2>&1 &
 second_lab=$!
 # The first lab's output is the run's own (the slowest lab tests by name, which to shorten next, after the modules).
 DGXSPARK_TEST_DURATIONS=.build/test-durations.tsv .venv/bin/pytest -m lab --durations=30 --durations-min=20 \
-    "${first_lab_ignores[@]}" tests/lab &
+    --junitxml=.build/junit-lab.xml "${first_lab_ignores[@]}" tests/lab &
 first_lab=$!
 background+=("$first_lab" "$second_lab")
 # Whichever of the three ends first with a failure ends the run (the EXIT trap stops the others).

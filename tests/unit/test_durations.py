@@ -6,8 +6,10 @@ Debian 12; and the `gu` column later procps versions add)."""
 from __future__ import annotations
 
 import importlib.util
-import re
 import os
+import re
+import subprocess
+import sys
 
 import pytest
 
@@ -100,3 +102,68 @@ def test_the_table_says_what_the_cpu_went_to(tmp_path, capsys, monkeypatch):
     out = capsys.readouterr().out
     assert re.search(r"CPU over the run: 150 CPU-s of the 20\d that 2 cores offer; 120 in the lab's containers \(nodes and "
                      r"their serving containers\), 30 outside them", out), out
+
+
+# Outcomes of a pytest run, for its real JUnit file: a pass, a skip, a failed assert with a message of many lines, a
+# fixture that raises (an error, not a failure), and an assert whose message is longer than a line of the summary.
+JUNIT_TESTS = '''
+import pytest
+
+@pytest.fixture
+def broken():
+    raise RuntimeError("the lab did not come up")
+
+def test_passes():
+    pass
+
+def test_skipped():
+    pytest.skip("not here")
+
+def test_hang_names_the_shard():
+    failure = "stall_timeout 25 s\\nLast progress: 1/4"
+    assert "2/4" in failure, failure
+
+def test_needs_the_lab(broken):
+    pass
+
+def test_long():
+    assert False, "x" * 1000
+'''
+
+
+def test_the_failed_tests_of_a_real_junit_file_each_with_the_first_line_of_its_error(tmp_path):
+    (tmp_path / 'test_outcomes.py').write_text(JUNIT_TESTS, encoding='utf-8')
+    junit = tmp_path / 'junit-lab.xml'
+    subprocess.run([sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', '--junitxml', str(junit),
+                    '--rootdir', str(tmp_path), '-c', os.devnull, str(tmp_path / 'test_outcomes.py')],
+                   cwd=tmp_path, capture_output=True, check=False)
+    found = durations.failed_tests(junit.read_text(encoding='utf-8'))
+    assert [test_id for test_id, _message in found] == [
+        'test_outcomes::test_hang_names_the_shard', 'test_outcomes::test_needs_the_lab (error)', 'test_outcomes::test_long']
+    assert found[0][1] == 'AssertionError: stall_timeout 25 s'
+    assert found[1][1].startswith('failed on setup with "RuntimeError: the lab did not come up"')
+    assert found[2][1].startswith('AssertionError: xxx')
+
+
+@pytest.mark.parametrize('cases, expected_lines', [
+    (0, []),
+    (2, ['make test: the tests that failed', '  lab: test_outcomes::test_0: AssertionError: 0',
+         '  lab: test_outcomes::test_1: AssertionError: 1']),
+    (10, ['  lab: test_outcomes::test_7: AssertionError: 7', '  ... and 2 more']),
+], ids=['none', 'two', 'more-than-shown'])
+def test_the_table_ends_with_the_tests_that_failed(tmp_path, capsys, cases, expected_lines):
+    cases_xml = ''.join('<testcase classname="tests.lab.test_outcomes" name="test_%d"><failure message="AssertionError: %d'
+                        '&#10;assert 0">trace</failure></testcase>' % (n, n) for n in range(cases))
+    junit = ('<testsuites><testsuite>%s<testcase classname="tests.lab.test_outcomes" name="test_ok"/></testsuite></testsuites>'
+             % cases_xml)
+    (tmp_path / 'junit-lab.xml').write_text(junit, encoding='utf-8')
+    # A file a stopped run left half written is passed over.
+    (tmp_path / 'junit-unit.xml').write_text('<testsuites><testsuite><testcase', encoding='utf-8')
+    (tmp_path / 'durations.tsv').write_text('unit\t118\tok\n', encoding='utf-8')
+    assert durations.main(str(tmp_path / 'durations.tsv'), str(tmp_path / 'absent'), str(tmp_path / 'absent'),
+                          str(tmp_path / 'absent'), str(tmp_path / 'junit-*.xml')) == 0
+    out = capsys.readouterr().out
+    for line in expected_lines:
+        assert line + '\n' in out or line + ' (' in out
+    assert ('failed' in out) == bool(cases)
+    assert 'test_8' not in out and out.count('AssertionError') == min(cases, durations.MAX_FAILURES)

@@ -188,8 +188,10 @@ def group(tmp_path, engine_url, key_file):
         "alpha/ray": dict(running), "beta/ray": dict(running), "alpha/vllm": dict(running)}}))
     state_dir = tmp_path / "state"
     state_dir.mkdir()
-    # The deadline leaves room for a loaded machine (make test runs this beside two labs); "hang" answers after 2 s.
-    config = {"interval_s": 30, "deadline_s": 1.0, "failures_to_restart": 2, "grace_s": 60, "stall_s": 900,
+    # The deadline leaves room for a loaded machine (make test runs this beside two labs); "hang" answers after 2 s. A
+    # look is a Python process started here: on a machine whose run queue reached 119 (a full run beside a lab), one took
+    # over the 20 s a look gets by default, and the node counted as unreachable; the simulated nodes get 600 s.
+    config = {"interval_s": 30, "deadline_s": 1.0, "look_timeout_s": 600, "failures_to_restart": 2, "grace_s": 60, "stall_s": 900,
               "budget_restarts": 2, "budget_window_s": 3600, "memory_wait_s": 600,
               "memory_needed_kib": {"alpha": 100 * 1024 * 1024, "beta": 100 * 1024 * 1024},
               "group": [{"node": "alpha", "container": "ray"}, {"node": "beta", "container": "ray"},
