@@ -10,6 +10,7 @@ import time
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
+from ansible_collections.dgxspark.cluster.plugins.module_utils.rendezvous import RendezvousError, RendezvousWatch
 from ansible_collections.dgxspark.cluster.plugins.module_utils.vllm_progress import (
     ReadinessWatch,
     VllmProgressError,
@@ -47,7 +48,8 @@ class ActionModule(ActionBase):
             watch = ReadinessWatch(node, args['container'], args['served_model_name'], chat=args['chat'], timeout=args['timeout'],
                                    stall_timeout=args['stall_timeout'], progress_interval=args['progress_interval'], url=args['url'],
                                    clock=time.monotonic)
-        except VllmProgressError as exc:
+            rendezvous = self._rendezvous_watch(args)
+        except (VllmProgressError, RendezvousError) as exc:
             return self._failed(result, str(exc))
 
         probe_args = {
@@ -63,6 +65,8 @@ class ActionModule(ActionBase):
         for optional in ('api_key_file', 'docker_path'):
             if args[optional]:
                 probe_args[optional] = args[optional]
+        if rendezvous:
+            probe_args['rendezvous_port'] = rendezvous.port
         check_mode = bool(self._task.check_mode)
 
         while True:
@@ -79,6 +83,9 @@ class ActionModule(ActionBase):
                 return self._failed(result, str(exc))
             if check_mode:
                 return self._check_mode_result(result, watch, probe, args, node)
+            missing = rendezvous.observe(probe.get('rendezvous'), time.monotonic()) if rendezvous else None
+            if missing and state == ReadinessWatch.WAITING:
+                state = watch.fail(missing)
             if state != ReadinessWatch.WAITING:
                 break
             if watch.report_due():
@@ -86,11 +93,21 @@ class ActionModule(ActionBase):
             time.sleep(args['poll_interval'])
 
         self._fill(result, watch, args, node)
+        result['rendezvous'] = rendezvous.summary() if rendezvous else None
         if state == ReadinessWatch.FAILED:
             result['failed'] = True
         elif args['min_tokens_per_s'] > 0:
             self._gate_speed(result, dict(probe_args, chat=True, speed_tokens=args['speed_tokens'], log_tail=0), args, node, task_vars)
         return result
+
+    @staticmethod
+    def _rendezvous_watch(args):
+        """With mp's rendezvous given (rank 0's address and port, each headless rank's node and address): its watch."""
+        if not args['rendezvous']:
+            return None
+        given = args['rendezvous']
+        return RendezvousWatch(given['address'], given['port'], given['peers'], join_timeout=args['join_timeout'],
+                               container=args['container'])
 
     def _gate_speed(self, result, probe_args, args, node, task_vars):
         """The release gate: one timed stream once vLLM is ready; below min_tokens_per_s the task fails with the figure."""

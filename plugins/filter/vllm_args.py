@@ -10,6 +10,7 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils.vllm_args import 
     VllmArgsError,
     executor_environment as _executor_environment,
     executor_options as _executor_options,
+    executor_rendezvous as _executor_rendezvous,
     vllm_argv,
 )
 
@@ -38,8 +39,17 @@ def executor_environment(plan, host):
         raise AnsibleFilterError(str(exc)) from exc
 
 
+def executor_rendezvous(plan):
+    """rank 0's rendezvous and the other ranks' addresses under mp, else None (documented in executor_rendezvous.yml)."""
+    try:
+        return _executor_rendezvous(plan)
+    except VllmArgsError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
 class FilterModule:
     """Filters that build vLLM command lines."""
 
     def filters(self):
-        return {"vllm_args": vllm_args, "executor_options": executor_options, "executor_environment": executor_environment}
+        return {"vllm_args": vllm_args, "executor_options": executor_options, "executor_environment": executor_environment,
+                "executor_rendezvous": executor_rendezvous}

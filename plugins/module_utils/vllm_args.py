@@ -249,3 +249,18 @@ def executor_environment(plan, host):
     if options['headless']:
         env['DGXSPARK_RANK_WATCH'] = '%s:%d' % (options['master_addr'], int(options['master_port']))
     return env
+
+
+def executor_rendezvous(plan):
+    """Under mp, rank 0's rendezvous as the head's readiness check watches it: its address and port, and each other
+    node mapped to the address its rank connects from (its rail-1 address); None under Ray (Ray's membership check
+    runs before vLLM starts)."""
+    if plan.get('executor_backend', 'ray') != 'mp':
+        return None
+    try:
+        rail = plan['rails'][0]['name']
+        head = plan['head']
+        peers = dict((node['host'], node['rail_addresses'][rail]) for node in plan['nodes'] if node['host'] != head)
+        return {'address': plan['mp_master']['address'], 'port': int(plan['mp_master']['port']), 'peers': peers}
+    except (KeyError, IndexError, TypeError) as exc:
+        raise VllmArgsError('executor_rendezvous: the plan lacks %s (a plan of dgxspark.cluster.cluster_plan has it)' % exc) from exc

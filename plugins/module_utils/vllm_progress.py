@@ -509,6 +509,10 @@ class ReadinessWatch:
                         (' (%s)' % _short(chat.get('error'), 300)) if chat.get('error') else '', self.container, self.node))
         return None
 
+    def fail(self, message):
+        """Fail for what a probe's container and API do not show (with mp, a rank that never joined rank 0)."""
+        return self._fail('vLLM on %s (container %s) waits for a rank that does not come. %s' % (self.node, self.container, message))
+
     def _fail(self, message):
         self.state = self.FAILED
         self.message = message
@@ -679,6 +683,9 @@ def vllm_ready_argument_spec():
         speed_tokens=dict(type='int', default=64, no_log=False),
         node=dict(type='str'),
         docker_path=dict(type='path'),
+        rendezvous=dict(type='dict', options=dict(address=dict(type='str', required=True), port=dict(type='int', required=True),
+                                                  peers=dict(type='dict', required=True))),
+        join_timeout=dict(type='int', default=300),
     )
 
 

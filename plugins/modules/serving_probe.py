@@ -80,6 +80,12 @@ options:
   docker_path:
     description: Path of the Docker CLI; default is the one found in E(PATH).
     type: path
+  rendezvous_port:
+    description:
+      - The port of rank 0's rendezvous under vLLM's own multi-node backend (C(--master-port)). With it, the module reads the node's
+        socket tables (C(/proc/net/tcp) and C(/proc/net/tcp6)) and returns in RV(rendezvous) whether the port listens and which
+        addresses are connected to it. The container must share the node's network (C(network_mode) host).
+    type: int
 extends_documentation_fragment:
   - dgxspark.cluster.attributes
   - dgxspark.cluster.attributes.READ_ONLY
@@ -231,6 +237,13 @@ chat:
   returned: always
   type: dict
   sample: {status: 200, content: "I am Qwen3, a large language model.", finish_reason: stop, error: null}
+rendezvous:
+  description:
+    - With O(rendezvous_port), C(port), C(listening) (whether the port listens) and C(peers) (the addresses of the connections to it
+      from other hosts, IPv4 ones as IPv4 though the socket is IPv6); C(error) when the tables cannot be read. Null otherwise.
+  returned: always
+  type: dict
+  sample: {port: 29501, listening: true, peers: [192.168.100.11, 192.168.100.12, 192.168.100.13], error: null}
 speed:
   description:
     - The timed stream of O(speed_tokens), C(output_tokens), C(tokens_per_s) (after the first token), C(ttft_s) and C(error). Null
@@ -250,6 +263,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_text
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils.benchmark import request_body, stream_request
+from ansible_collections.dgxspark.cluster.plugins.module_utils.rendezvous import RendezvousError, rendezvous_view
 from ansible_collections.dgxspark.cluster.plugins.module_utils.vllm_progress import (
     VllmProgressError,
     chat_answer,
@@ -269,6 +283,7 @@ MAX_LOG_LINES = 5000
 #: How much of a stopped container's last run is read for its first exceptions (a run that served for days logged more).
 RUN_LOG_LINES = 20000
 MAX_BODY = 1024 * 1024
+SOCKET_TABLES = ('/proc/net/tcp', '/proc/net/tcp6')
 
 
 def http_request(url, timeout, key=None, payload=None):
@@ -380,6 +395,23 @@ def read_logs(module, docker, container, since=None, tail=None):
     return newer_than(lines, since), None
 
 
+def read_rendezvous(port, tables=SOCKET_TABLES):
+    """The rendezvous view of this node's socket tables (a table the kernel lacks, IPv6 off, is skipped)."""
+    texts = []
+    for path in tables:
+        try:
+            with open(path, encoding='ascii') as handle:
+                texts.append(handle.read())
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            return {'port': port, 'listening': None, 'peers': [], 'error': 'cannot read %s: %s' % (path, exc)}
+    try:
+        return dict(rendezvous_view(texts, port), error=None)
+    except RendezvousError as exc:
+        return {'port': port, 'listening': None, 'peers': [], 'error': str(exc)}
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -396,6 +428,7 @@ def main():
             check_unauthorized=dict(type='bool', default=False),
             http_timeout=dict(type='float', default=10),
             docker_path=dict(type='path'),
+            rendezvous_port=dict(type='int'),
         ),
         supports_check_mode=True,
     )
@@ -411,6 +444,8 @@ def main():
         module.fail_json(msg='chat_max_tokens must be at least 1, got %d' % params['chat_max_tokens'])
     if params['speed_tokens'] < 0:
         module.fail_json(msg='speed_tokens must be 0 (no timed stream) or more, got %d' % params['speed_tokens'])
+    if params['rendezvous_port'] is not None and not 0 < params['rendezvous_port'] < 65536:
+        module.fail_json(msg='rendezvous_port must be a TCP port (1 to 65535), got %d' % params['rendezvous_port'])
     if params['http_timeout'] <= 0:
         module.fail_json(msg='http_timeout must be a positive number of seconds, got %s' % params['http_timeout'])
     if params['url'] and not params['url'].startswith(('http://', 'https://')):
@@ -423,7 +458,7 @@ def main():
     result = {'changed': False, 'url': params['url'], 'served_model_name': params['served_model_name'], 'logs': [], 'logs_error': None,
               'logs_truncated': 0, 'first_exceptions': [], 'last_timestamp': params['log_since'], 'progress': None,
               'health': None, 'models': None, 'models_status': None, 'models_error': None, 'unauthorized_status': None, 'chat': None,
-              'speed': None}
+              'speed': None, 'rendezvous': None}
     if rc != 0:
         if 'No such container' in (err or '') or 'No such object' in (err or ''):
             result['container'] = missing_container()
@@ -450,6 +485,8 @@ def main():
             run, run_error = read_logs(module, docker, container, result['container']['started_at'], RUN_LOG_LINES)
             result['first_exceptions'] = [] if run_error else first_exceptions(run)
 
+    if params['rendezvous_port']:
+        result['rendezvous'] = read_rendezvous(params['rendezvous_port'])
     if params['url']:
         result.update(check_api(module, key))
     module.exit_json(**result)

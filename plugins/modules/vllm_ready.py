@@ -92,6 +92,31 @@ options:
   docker_path:
     description: Path of the Docker CLI on the host; default is the one found in E(PATH).
     type: path
+  rendezvous:
+    description:
+      - Under vLLM's own multi-node backend, rank 0's rendezvous (C(--master-addr), C(--master-port)) and the rank of each other
+        node. Each probe then reads which addresses are connected to the port on this node (the serving_probe module's
+        O(dgxspark.cluster.serving_probe#module:rendezvous_port)); a rank that has not joined O(join_timeout) seconds after the
+        rendezvous opened fails the task, naming its node, instead of the stall watchdog's wait.
+      - Every rank keeps its connection to the rendezvous while the group lives; a rank that joined once counts as joined.
+    type: dict
+    suboptions:
+      address:
+        description: The rendezvous' address (the head's rail-1 address).
+        type: str
+        required: true
+      port:
+        description: The rendezvous' port.
+        type: int
+        required: true
+      peers:
+        description: Each other node's name, mapped to the address its rank connects from (its rail-1 address).
+        type: dict
+        required: true
+  join_timeout:
+    description: Seconds each rank of O(rendezvous) has to join it once it is open.
+    type: int
+    default: 300
 extends_documentation_fragment:
   - dgxspark.cluster.attributes
   - dgxspark.cluster.attributes.READ_ONLY
@@ -187,6 +212,13 @@ probes:
   description: How many probes ran.
   returned: always
   type: int
+rendezvous:
+  description:
+    - With O(rendezvous), C(address), C(port), C(opened) (whether it was seen listening), C(joined) and C(missing) (node
+      names). Null otherwise.
+  returned: always
+  type: dict
+  sample: {address: 192.168.100.10, port: 29501, opened: true, joined: [spark-beta, spark-gamma], missing: [spark-delta]}
 """
 
 from ansible.module_utils.basic import AnsibleModule

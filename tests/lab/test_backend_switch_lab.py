@@ -5,7 +5,9 @@ Every run here names its backend, whatever DGXSPARK_LAB_BACKEND says (the servin
 runs those under mp). Checks, in file order, each starting from what the one before left:
 an mp deploy serves with a rank on every node (rank 0 on the head with the API, the others `--headless`) and no Ray
 container anywhere, status naming the ranks; a second mp deploy changes and restarts nothing; a headless rank killed
-converges by the supervisor alone (vLLM #32136: the whole group restarted, rank 0 last); a deploy to Ray leaves no vLLM
+converges by the supervisor alone (vLLM #32136: the whole group restarted, rank 0 last); a rank that cannot reach rank
+0's rendezvous (a firewall rule on its node) fails the deploy after vllm_container_join_timeout, by name, instead of
+the stall watchdog's nameless wait; a deploy to Ray leaves no vLLM
 rank on the workers and serves; rollback.yml refuses the mp release across the switch without changing a container;
 a switch back to mp whose new release fails its speed gate names the Ray release's backend and puts nothing back (no
 Ray container left either: the switch removed Ray).
@@ -76,6 +78,28 @@ def test_a_killed_headless_rank_converges_without_ansible(lab, mp_deployed):
     assert "The supervisor restarted the group 1 time" in out, out[-3000:]
     starts = group_starts(lab, started, backend="mp")
     assert starts[HEAD] == max(starts.values()), starts
+
+
+def test_a_rank_that_cannot_reach_rank_0_fails_the_deploy_by_name_after_the_join_timeout(lab, mp_deployed):
+    # spark-delta's packets to the rendezvous are dropped (what a wrong firewall rule or route does on a Spark); a new
+    # vLLM option makes the deploy start the group again, without the automatic rollback (its own tests prove it).
+    delta = lab.host("spark-delta")
+    delta.check_output("nft add table inet dgxspark_lab_test && nft add chain inet dgxspark_lab_test out "
+                       "'{ type filter hook output priority 0; }' && nft add rule inet dgxspark_lab_test out "
+                       "ip daddr 192.168.100.10 tcp dport 29501 drop")
+    try:
+        rc, out = run_playbook(lab, PLAYBOOK, "--tags", "vllm", *extra_vars(vllm_container_extra_args={"max_num_seqs": 32},
+                                                                            vllm_container_join_timeout=30,
+                                                                            dgxspark_release_rollback=False), backend="mp")
+    finally:
+        delta.check_output("nft delete table inet dgxspark_lab_test")
+    assert rc != 0
+    assert re.search(r"waits for a rank that does not come\. Rank 0's rendezvous 192\.168\.100\.10:29501 has been open for "
+                     r"\d+ s \(vllm_container_join_timeout 30 s\), and the rank of spark-delta \(192\.168\.100\.13\) has not "
+                     r"joined it", out), out[-4000:]
+    # Not the stall watchdog's message, and no rank stopped (the rank waits to connect): none is named as stopped.
+    assert "has been still for" not in out and "stopped (status" not in out, out[-4000:]
+    # Left with the failed group: the next test's switch to Ray replaces it.
 
 
 def test_to_ray_leaves_no_rank_on_the_workers_and_serves(lab, mp_deployed):

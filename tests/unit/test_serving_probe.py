@@ -470,7 +470,44 @@ def test_action_speed_gate_off_by_default_and_in_check_mode(monkeypatch):
     ({'timeout': -5}, 'timeout must be a positive'),
     ({'min_tokens_per_s': -1}, 'min_tokens_per_s must be 0'),
     ({'min_tokens_per_s': 20, 'speed_tokens': 1}, 'speed_tokens at least 2'),
+    ({'rendezvous': {'address': '192.168.100.10', 'port': 29501, 'peers': {}}}, 'rendezvous peers must map'),
+    ({'rendezvous': {'address': '192.168.100.10', 'port': 29501, 'peers': {'spark-beta': '192.168.100.11'}}, 'join_timeout': 0},
+     'join_timeout must be a positive'),
 ])
 def test_action_rejects_settings(monkeypatch, args, match):
     result, sent, _shown, _time = run_action(monkeypatch, [probe_result()], **args)
     assert result['failed'] is True and match in result['msg'] and sent == []
+
+
+RENDEZVOUS = {'address': '192.168.100.10', 'port': 29501, 'peers': {'spark-beta': '192.168.100.11', 'spark-delta': '192.168.100.13'}}
+
+
+def joined(*peers, listening=True):
+    return {'port': 29501, 'listening': listening, 'peers': list(peers), 'error': None}
+
+
+def test_action_with_mp_names_the_rank_that_never_joined_after_join_timeout(monkeypatch):
+    # Rank 0 loads (a new line at every probe, so no stall), spark-delta's rank never connects.
+    probes = [probe_result(['(EngineCore_DP0 pid=312) INFO starting'], rendezvous=joined(listening=False))]
+    probes += [probe_result(['(EngineCore_DP0 pid=312) INFO still here %d' % i], rendezvous=joined('192.168.100.11')) for i in range(40)]
+    result, sent, _shown, fake_time = run_action(monkeypatch, probes, join_timeout=60, stall_timeout=600, rendezvous=RENDEZVOUS)
+    assert result['failed'] is True and result['state'] == 'failed'
+    assert result['msg'].startswith('vLLM on spark-alpha (container dgxspark-vllm) waits for a rank that does not come. Rank 0\'s '
+                                    'rendezvous 192.168.100.10:29501 has been open for 60 s (vllm_container_join_timeout 60 s), and '
+                                    'the rank of spark-delta (192.168.100.13) has not joined it'), result['msg']
+    assert result['rendezvous'] == {'address': '192.168.100.10', 'port': 29501, 'opened': True, 'joined': ['spark-beta'],
+                                    'missing': ['spark-delta']}
+    # Opened at the second probe (5 s), failed 60 s later; every probe asked for the rendezvous' sockets.
+    assert fake_time.now == 65 and all(args['rendezvous_port'] == 29501 for args in sent)
+
+
+def test_action_with_mp_is_ready_once_every_rank_joined(monkeypatch):
+    probes = [probe_result([BAR % (0, 0)], rendezvous=joined('192.168.100.11'))] * 20
+    probes += [probe_result([BAR % (100, 94)], rendezvous=joined('192.168.100.11', '192.168.100.13'), **READY)]
+    result, _sent, _shown, _time = run_action(monkeypatch, probes, join_timeout=300, rendezvous=RENDEZVOUS)
+    assert result['state'] == 'ready' and result['rendezvous']['missing'] == [] and result['rendezvous']['opened'] is True
+
+
+def test_action_without_a_rendezvous_reads_no_sockets(monkeypatch):
+    result, sent, _shown, _time = run_action(monkeypatch, [probe_result([BAR % (100, 94)], **READY)])
+    assert result['state'] == 'ready' and result['rendezvous'] is None and 'rendezvous_port' not in sent[0]
