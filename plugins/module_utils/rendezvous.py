@@ -74,7 +74,9 @@ class RendezvousWatch:
 
     address: the rendezvous' address (for the message); peers: node -> the address its rank connects from (its rail-1
     address); container: the vLLM container's name. A rank that joined once counts as joined: a rank that stops later
-    shows as its container's failure, which the head's readiness check reports on its own.
+    shows as its container's failure, which the head's readiness check reports on its own. A headless rank's watch
+    (dgxspark_rank_watch.py) connects to the same port now and then, from the same address: seen, it counts too, and
+    it can only be seen when the rank's container runs and reaches the head.
     """
 
     def __init__(self, address, port, peers, join_timeout=DEFAULT_JOIN_TIMEOUT, container='dgxspark-vllm',
