@@ -359,21 +359,25 @@ def compute_nccl_env(devices, rails, transport='rdma', gid_index=None, extra_env
 NON_CARRY_OVER_KEY = 'DGXSPARK_RAY_NON_CARRY_OVER'
 
 
-def serving_container_env(layers, non_carry_over):
+def serving_container_env(layers, non_carry_over=None):
     """The environment of a node's serving containers: the layers merged in order (a later one wins, a value ``None``
-    removes the variable, so a user's extra environment can drop a default), and NON_CARRY_OVER_KEY naming, as a JSON
-    list, the variables vLLM's Ray executor must not copy from the driver to the other nodes' workers.
+    removes the variable, so a user's extra environment can drop a default), and, with ``non_carry_over``,
+    NON_CARRY_OVER_KEY naming, as a JSON list, the variables vLLM's Ray executor must not copy from the driver to the
+    other nodes' workers.
 
     :arg layers: list of mappings (the node's NCCL environment first, the user's extra environment last).
-    :arg non_carry_over: names (per-host keys and secrets), deduplicated and sorted in the result.
+    :arg non_carry_over: names (per-host keys and secrets), deduplicated and sorted in the result; None: no such key
+        (a layer that already holds it, ray_cluster's node environment for vllm_container, keeps its value).
     :raises NcclEnvError: on a layer that is not a mapping, or a name that is not a string.
     """
     if not isinstance(layers, (list, tuple)):
         raise NcclEnvError('serving_container_env: the layers must be a list of mappings, got %s.' % type(layers).__name__)
-    names = list(non_carry_over or [])
-    if not all(isinstance(name, str) for name in names):
-        raise NcclEnvError('serving_container_env: non_carry_over must be a list of variable names, got %r.' % (names,))
-    env = {NON_CARRY_OVER_KEY: json.dumps(sorted(set(names)))}
+    env = {}
+    if non_carry_over is not None:
+        names = list(non_carry_over)
+        if not all(isinstance(name, str) for name in names):
+            raise NcclEnvError('serving_container_env: non_carry_over must be a list of variable names, got %r.' % (names,))
+        env[NON_CARRY_OVER_KEY] = json.dumps(sorted(set(names)))
     for index, layer in enumerate(layers):
         if not isinstance(layer, Mapping):
             raise NcclEnvError('serving_container_env: layer %d must be a mapping of variable names to values, got %s.'

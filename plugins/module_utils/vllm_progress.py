@@ -27,6 +27,8 @@ import re
 import time
 from collections import deque
 
+from ansible_collections.dgxspark.cluster.plugins.module_utils.rendezvous import DEFAULT_JOIN_TIMEOUT
+
 DEFAULT_TIMEOUT = 3600
 DEFAULT_STALL_TIMEOUT = 900
 DEFAULT_PROGRESS_INTERVAL = 30
@@ -685,7 +687,7 @@ def vllm_ready_argument_spec():
         docker_path=dict(type='path'),
         rendezvous=dict(type='dict', options=dict(address=dict(type='str', required=True), port=dict(type='int', required=True),
                                                   peers=dict(type='dict', required=True))),
-        join_timeout=dict(type='int', default=300),
+        join_timeout=dict(type='int', default=DEFAULT_JOIN_TIMEOUT),
     )
 
 

@@ -254,6 +254,7 @@ speed:
 """
 
 import json
+import os
 import socket
 from http.client import HTTPException
 from urllib.error import HTTPError, URLError
@@ -398,17 +399,13 @@ def read_logs(module, docker, container, since=None, tail=None):
 def read_rendezvous(port, tables=SOCKET_TABLES):
     """The rendezvous view of this node's socket tables (a table the kernel lacks, IPv6 off, is skipped)."""
     texts = []
-    for path in tables:
-        try:
-            with open(path, encoding='ascii') as handle:
-                texts.append(handle.read())
-        except FileNotFoundError:
-            continue
-        except OSError as exc:
-            return {'port': port, 'listening': None, 'peers': [], 'error': 'cannot read %s: %s' % (path, exc)}
     try:
+        for path in tables:
+            if os.path.exists(path):
+                with open(path, encoding='ascii') as handle:
+                    texts.append(handle.read())
         return dict(rendezvous_view(texts, port), error=None)
-    except RendezvousError as exc:
+    except (OSError, RendezvousError) as exc:
         return {'port': port, 'listening': None, 'peers': [], 'error': str(exc)}
 
 

@@ -53,13 +53,20 @@ def test_layers_merge_in_order(layers, present, absent):
     # PYTHONPATH named twice (never carried, and a patch sets it): once in the list.
     (['PYTHONPATH', 'VLLM_HOST_IP', 'PYTHONPATH'], ['PYTHONPATH', 'VLLM_HOST_IP']),
     ([], []),
-    (None, []),
-], ids=['per-host-and-secrets', 'deduplicated', 'empty', 'none'])
+], ids=['per-host-and-secrets', 'deduplicated', 'empty'])
 def test_the_names_never_carried_are_a_sorted_json_list(names, expected):
     env = serving_container_env([NCCL['env']], names)
     assert non_carry_over(env) == expected
     # The text vLLM's start script writes as it is: JSON that Jinja's to_json gave before this filter.
     assert env[NON_CARRY_OVER_KEY] == json.dumps(expected)
+
+
+def test_without_the_names_a_layer_keeps_its_own_list():
+    # vllm_container's use: ray_cluster's node environment (first layer) holds the list already.
+    node_env = serving_container_env([NCCL['env']], NCCL['per_host_keys'] + SECRETS)
+    env = serving_container_env([node_env, {'DGXSPARK_PYTHON_DIR': '/opt/dgxspark/python'}, {'HF_TOKEN': None}])
+    assert env == dict(node_env, DGXSPARK_PYTHON_DIR='/opt/dgxspark/python')
+    assert NON_CARRY_OVER_KEY not in serving_container_env([NCCL['env']])
 
 
 def test_the_inputs_are_not_changed():
