@@ -50,7 +50,7 @@ promtool:
 	bash tools/promtool.sh
 
 unit: setup promtool
-	$(PYTEST) -n auto tests/unit tests/lab/test_labctl_unit.py
+	$(PYTEST) -n auto tests/unit tests/lab/test_labctl_unit.py tests/lab/test_lab_rootfs_unit.py
 
 build: setup
 	rm -rf .build/dist && mkdir -p .build/dist

@@ -57,7 +57,7 @@ t setup bash tools/setup.sh
     t ansible-lint env PATH="$PWD/.venv/bin:$PATH" .venv/bin/ansible-lint --profile production --nocolor &&
     t promtool bash tools/promtool.sh &&
     t sanity bash tools/sanity.sh &&
-    t unit .venv/bin/pytest -n auto --junitxml=.build/junit-unit.xml tests/unit tests/lab/test_labctl_unit.py &&
+    t unit .venv/bin/pytest -n auto --junitxml=.build/junit-unit.xml tests/unit tests/lab/test_labctl_unit.py tests/lab/test_lab_rootfs_unit.py &&
     t build bash -c 'rm -rf .build/dist && mkdir -p .build/dist && .venv/bin/ansible-galaxy collection build --output-path .build/dist .'
 ) > .build/checks.log 2>&1 &
 checks=$!

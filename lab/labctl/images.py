@@ -10,6 +10,7 @@ import time
 from .constants import BASE_REPO, CACHE_DIR, NODE_DIR, NODE_REPO, SUITE, LabError
 from .logic import base_hash_parts, base_packages, content_hash, detect_mirror, node_hash_parts
 from .host import docker, docker_bin, log, out, run
+from .rootfs import remove_rootfs, tar_argv, unmount_under
 
 
 def image_exists(tag):
@@ -24,21 +25,22 @@ def image_tags():
 
 
 def debootstrap_rootfs(rootfs, packages, mirror):
-    """debootstrap --variant=minbase of SUITE into rootfs with the lab's .deb cache (one retry)."""
+    """debootstrap --variant=minbase of SUITE into rootfs with the lab's .deb cache (one retry); nothing it mounted
+    inside the rootfs stays mounted."""
     os.makedirs(os.path.join(CACHE_DIR, "debs"), exist_ok=True)
-    if os.path.exists(rootfs):
-        shutil.rmtree(rootfs)
+    remove_rootfs(rootfs)
     for attempt in (1, 2):  # a mirror hiccup ("Couldn't find these debs") gets one retry
         proc = subprocess.run(["debootstrap", "--variant=minbase", "--include=" + ",".join(packages),
                                "--cache-dir=" + os.path.join(CACHE_DIR, "debs"), SUITE, rootfs, mirror],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
+        unmount_under(rootfs)
         if proc.returncode == 0:
             return
         tail = "\n".join(proc.stdout.decode(errors="replace").splitlines()[-25:])
         if attempt == 2:
             raise LabError("debootstrap of %s from %s failed twice:\n%s" % (SUITE, mirror, tail))
         log("debootstrap failed, retrying once:\n%s" % tail[-2000:])
-        shutil.rmtree(rootfs, ignore_errors=True)
+        remove_rootfs(rootfs)
 
 
 def build_base(mirror, tag):
@@ -53,8 +55,9 @@ def build_base(mirror, tag):
         shutil.copy(os.path.join(NODE_DIR, "customize.sh"), os.path.join(rootfs, "customize.sh"))
         run(["chroot", rootfs, "/bin/sh", "/customize.sh", mirror, SUITE])
         os.unlink(os.path.join(rootfs, "customize.sh"))
+        unmount_under(rootfs)
         log("importing %s" % tag)
-        tar = subprocess.Popen(["tar", "--numeric-owner", "-C", rootfs, "-c", "."], stdout=subprocess.PIPE)
+        tar = subprocess.Popen(tar_argv(rootfs, "-c"), stdout=subprocess.PIPE)
         imp = subprocess.run([docker_bin(), "import", "--change", "ENV container=docker",
                               "--change", 'CMD ["/lib/systemd/systemd"]', "-", tag],
                              stdin=tar.stdout, stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
@@ -63,7 +66,7 @@ def build_base(mirror, tag):
         if imp.returncode != 0 or tar.returncode != 0:
             raise LabError("docker import failed: %s" % imp.stderr.decode(errors="replace"))
     finally:
-        shutil.rmtree(rootfs, ignore_errors=True)
+        remove_rootfs(rootfs)
     log("base image %s built in %.0f s" % (tag, time.time() - started))
 
 

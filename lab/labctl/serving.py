@@ -17,6 +17,7 @@ from .constants import (
 from .logic import container_name, content_hash, detect_mirror, engine_dir, serving_model_hash, serving_tag
 from .host import docker, docker_bin, load_state, log, out, run, save_state, state_lock
 from .images import debootstrap_rootfs, image_exists, remove_stale_images
+from .rootfs import remove_rootfs, tar_argv, unmount_under
 
 
 def serving_rootfs_key(mirror):
@@ -53,12 +54,11 @@ def serving_rootfs(mirror, rootfs):
         for old in os.listdir(CACHE_DIR):
             if old.startswith("serving-rootfs-") and old.endswith(".tar"):
                 os.unlink(os.path.join(CACHE_DIR, old))
-        run(["tar", "--numeric-owner", "-C", rootfs, "-cf", cached + ".tmp", "."])
+        run(tar_argv(rootfs, "-cf", cached + ".tmp"))
         os.replace(cached + ".tmp", cached)
         log("serving rootfs debootstrapped in %.0f s (kept as %s)" % (time.time() - started, cached))
         return
-    if os.path.exists(rootfs):
-        shutil.rmtree(rootfs)
+    remove_rootfs(rootfs)
     os.makedirs(rootfs)
     run(["tar", "--numeric-owner", "-C", rootfs, "-xf", cached])
 
@@ -104,9 +104,10 @@ def build_serving(mirror, tag, engine, need_engine, need_image):
             log("engine %s built in %.0f s" % (engine, time.time() - started))
         if need_image:
             log("building the serving image %s (lab/serving/build_image.sh)" % tag)
+            unmount_under(rootfs)
             run_build_script("build_image.sh", rootfs, tag, engine)
     finally:
-        shutil.rmtree(rootfs, ignore_errors=True)
+        remove_rootfs(rootfs)
     version = out(docker("run", "--rm", "--network", "none", "-v", engine_mount(), tag, "vllm", "--version")).splitlines()
     log("serving image %s with vLLM %s ready in %.0f s" % (tag, version[-1] if version else "?", time.time() - started))
 

@@ -33,7 +33,8 @@ if ! docker info >/dev/null 2>&1; then
     echo "build_image.sh: docker is not running (lab/ensure-docker.sh)" >&2
     exit 1
 fi
-tar --numeric-owner -C "$rootfs" -c . | docker import \
+# One file system: a mount left inside the rootfs is archived as an empty directory, never its contents.
+tar --numeric-owner --one-file-system -C "$rootfs" -c . | docker import \
     --change "ENV PATH=/usr/local/sbin:/usr/local/bin:$engine/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
     --change "LABEL org.dgxspark.lab.role=serving org.dgxspark.lab.engine=$engine" \
     --message "dgxspark lab serving image (vLLM CPU build in $engine)" - "$tag"

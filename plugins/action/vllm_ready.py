@@ -142,6 +142,7 @@ class ActionModule(ActionBase):
             'served_model_name': args['served_model_name'],
             'models': summary['models'],
             'chat_answer': chat.get('content'),
+            'chat_tokens': chat.get('completion_tokens'),
             'elapsed_s': summary['elapsed_s'],
             'progress_history': summary['progress_history'],
             'last_lines': summary['last_lines'],
@@ -162,4 +163,5 @@ class ActionModule(ActionBase):
             result['msg'] = 'check mode (one probe, no wait): %s' % watch.message
         if watch.state != ReadinessWatch.READY:
             result['chat_answer'] = (probe.get('chat') or {}).get('content')
+            result['chat_tokens'] = (probe.get('chat') or {}).get('completion_tokens')
         return result

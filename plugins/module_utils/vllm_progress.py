@@ -303,15 +303,19 @@ def model_ids(body):
 
 
 def chat_answer(body):
-    """``{content, finish_reason}`` of an OpenAI chat completion (JSON text or parsed). A reasoning model
-    that spent every token thinking answers with ``reasoning_content`` (or ``reasoning``) only: that counts."""
+    """``{content, finish_reason, completion_tokens}`` of an OpenAI chat completion (JSON text or parsed). A reasoning
+    model that spent every token thinking answers with ``reasoning_content`` (or ``reasoning``) only: that counts.
+    ``completion_tokens`` is the answer's ``usage`` (None when the server gave none): what the engine generated, read
+    even where the text is noise (a model with random weights)."""
     data = _json(body, '/v1/chat/completions')
     choices = data.get('choices') if isinstance(data, dict) else None
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise VllmProgressError('/v1/chat/completions answered without "choices": %s' % _snippet(body))
     message = choices[0].get('message') or {}
     content = message.get('content') or message.get('reasoning_content') or message.get('reasoning')
-    return {'content': content if isinstance(content, str) else None, 'finish_reason': choices[0].get('finish_reason')}
+    tokens = (data.get('usage') or {}).get('completion_tokens')
+    return {'content': content if isinstance(content, str) else None, 'finish_reason': choices[0].get('finish_reason'),
+            'completion_tokens': tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None}
 
 
 def _json(body, what):

@@ -233,10 +233,11 @@ unauthorized_status:
 chat:
   description:
     - The chat completion, C(status), C(content) (the answer; a reasoning model's reasoning when it spent every token on it),
-      C(finish_reason) and C(error). Null when O(chat) is false or C(/health) did not answer 200.
+      C(finish_reason), C(completion_tokens) (the answer's C(usage), null when absent) and C(error). Null when O(chat) is false or
+      C(/health) did not answer 200.
   returned: always
   type: dict
-  sample: {status: 200, content: "I am Qwen3, a large language model.", finish_reason: stop, error: null}
+  sample: {status: 200, content: "I am Qwen3, a large language model.", finish_reason: stop, completion_tokens: 9, error: null}
 rendezvous:
   description:
     - With O(rendezvous_port), C(port), C(listening) (whether the port listens) and C(peers) (the addresses of the connections to it
@@ -343,13 +344,13 @@ def check_api(module, key):
     if params['chat'] and out['health']['status'] == 200:
         model = params['served_model_name'] or (out['models'] or [None])[0]
         if not model:
-            out['chat'] = {'status': None, 'content': None, 'finish_reason': None,
+            out['chat'] = {'status': None, 'content': None, 'finish_reason': None, 'completion_tokens': None,
                            'error': 'no model to ask: give served_model_name, or /v1/models must list one (%s)' % (out['models_error'] or 'empty list')}
             return out
         payload = {'model': model, 'messages': [{'role': 'user', 'content': params['chat_prompt']}],
                    'max_tokens': params['chat_max_tokens'], 'temperature': 0}
         status, body, error = http_request(base + '/v1/chat/completions', timeout, key=key, payload=payload)
-        chat = {'status': status, 'content': None, 'finish_reason': None, 'error': error}
+        chat = {'status': status, 'content': None, 'finish_reason': None, 'completion_tokens': None, 'error': error}
         if status == 200:
             try:
                 chat.update(chat_answer(body))

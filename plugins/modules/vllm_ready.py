@@ -183,6 +183,11 @@ chat_answer:
   returned: always
   type: str
   sample: I am Qwen3, a large language model.
+chat_tokens:
+  description: The tokens the engine generated for that answer (the answer's C(usage)); null when not asked, not answered or not counted.
+  returned: always
+  type: int
+  sample: 11
 elapsed_s:
   description: Seconds waited.
   returned: always

@@ -140,7 +140,7 @@ class VllmApi(BaseHTTPRequestHandler):
             return
         self._send(200, {'object': 'chat.completion', 'model': 'qwen3', 'choices': [
             {'index': 0, 'message': {'role': 'assistant', 'content': 'I am Qwen3 (max_tokens %d).' % body['max_tokens']},
-             'finish_reason': 'stop'}]})
+             'finish_reason': 'stop'}], 'usage': {'prompt_tokens': 20, 'total_tokens': 29, 'completion_tokens': 9}})
 
 
 @pytest.fixture(name='api')
@@ -199,7 +199,8 @@ def test_full_probe(tmp_path, docker, api):
     assert (result['progress']['done'], result['progress']['total']) == (54, 94)
     assert result['health'] == {'status': 200, 'error': None}
     assert (result['models'], result['models_status'], result['unauthorized_status']) == (['qwen3'], 200, 401)
-    assert result['chat'] == {'status': 200, 'content': 'I am Qwen3 (max_tokens 8).', 'finish_reason': 'stop', 'error': None}
+    assert result['chat'] == {'status': 200, 'content': 'I am Qwen3 (max_tokens 8).', 'finish_reason': 'stop', 'completion_tokens': 9,
+                              'error': None}
     assert result['url'] == api and result['served_model_name'] == 'qwen3'
     assert calls(tmp_path) == [['inspect', '--type', 'container', 'dgxspark-vllm'], ['logs', '--timestamps', '--tail', '40', 'dgxspark-vllm']]
     assert ('GET', '/v1/models', 'Bearer %s' % KEY) in VllmApi.requests and ('GET', '/v1/models', None) in VllmApi.requests
@@ -347,7 +348,7 @@ def probe_result(lines=(), **changes):
 
 
 READY = dict(health={'status': 200, 'error': None}, models=['qwen3'], models_status=200,
-             chat={'status': 200, 'content': 'I am Qwen3.', 'finish_reason': 'stop', 'error': None})
+             chat={'status': 200, 'content': 'I am Qwen3.', 'finish_reason': 'stop', 'completion_tokens': 4, 'error': None})
 BAR = 'Loading safetensors checkpoint shards: %3d%% Completed | %d/94 [00:10<00:20,  1.32it/s]'
 
 
@@ -384,7 +385,7 @@ def test_action_waits_reports_and_returns_ready(monkeypatch):
     assert result['ready'] is True and result['changed'] is False and result['state'] == 'ready'
     assert result['msg'] == ('vLLM on spark-alpha is ready after 50s: it serves qwen3 at http://127.0.0.1:8000 and answered a chat '
                              'request.')
-    assert result['chat_answer'] == 'I am Qwen3.'
+    assert result['chat_answer'] == 'I am Qwen3.' and result['chat_tokens'] == 4
     assert result['models'] == ['qwen3']
     assert [(h['done'], h['total']) for h in result['progress_history']] == [(0, 94), (10, 94), (50, 94)]
     assert result['url'] == 'http://127.0.0.1:8000' and result['served_model_name'] == 'qwen3'

@@ -354,14 +354,29 @@ def test_model_ids_and_chat_answer():
     assert model_ids(json.dumps(models)) == ['qwen3', 'default']
     answer = {'id': 'chatcmpl-1', 'object': 'chat.completion', 'model': 'qwen3',
               'choices': [{'index': 0, 'message': {'role': 'assistant', 'content': 'I am Qwen3.', 'reasoning_content': None},
-                           'finish_reason': 'stop'}]}
-    assert chat_answer(json.dumps(answer)) == {'content': 'I am Qwen3.', 'finish_reason': 'stop'}
+                           'finish_reason': 'stop'}],
+              'usage': {'prompt_tokens': 17, 'total_tokens': 22, 'completion_tokens': 5, 'prompt_tokens_details': None}}
+    assert chat_answer(json.dumps(answer)) == {'content': 'I am Qwen3.', 'finish_reason': 'stop', 'completion_tokens': 5}
 
 
 def test_chat_answer_of_a_reasoning_model_that_only_thought():
     answer = {'choices': [{'message': {'role': 'assistant', 'content': None, 'reasoning_content': 'The user asks which model'},
                            'finish_reason': 'length'}]}
-    assert chat_answer(answer) == {'content': 'The user asks which model', 'finish_reason': 'length'}
+    assert chat_answer(answer) == {'content': 'The user asks which model', 'finish_reason': 'length', 'completion_tokens': None}
+
+
+# The lab's model has random weights: its text is noise, and the count of what the engine generated is what the deploy prints.
+@pytest.mark.parametrize('usage, tokens', [
+    ({'prompt_tokens': 21, 'total_tokens': 53, 'completion_tokens': 32, 'prompt_tokens_details': None}, 32),
+    ({'prompt_tokens': 21, 'total_tokens': 21, 'completion_tokens': 0}, 0),
+    ({'prompt_tokens': 21}, None),
+    (None, None),
+    ({'completion_tokens': '32'}, None),
+    ({'completion_tokens': True}, None),
+])
+def test_chat_answer_counts_the_generated_tokens_from_usage(usage, tokens):
+    answer = {'choices': [{'message': {'role': 'assistant', 'content': 'easyarycl'}, 'finish_reason': 'length'}], 'usage': usage}
+    assert chat_answer(answer)['completion_tokens'] == tokens
 
 
 @pytest.mark.parametrize('function, body, match', [
