@@ -102,7 +102,7 @@ def deployed(lab, profiles_dir):
 
 
 def test_every_serving_container_checked_and_applied_the_patches(lab, deployed):
-    assert re.search(r"Smoke answer: \S", deployed), deployed[-3000:]
+    assert re.search(r"Smoke answer \([1-9][0-9]* tokens\): \S", deployed), deployed[-3000:]
     containers = sorted(set([(node, node_container()) for node in lab.nodes] + [(HEAD, VLLM)]))
     for node, container in containers:
         log = lab.host(node).check_output("docker logs %s 2>&1" % container)
