@@ -25,12 +25,15 @@ pytestmark = pytest.mark.lab
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RAILS = (("rail1", "enp1s0f1np1", "192.168.100.0/24"), ("rail2", "enP2p1s0f1np1", "192.168.101.0/24"))
 PLAYBOOK = """---
+- name: Plan the cluster, as every playbook does
+  ansible.builtin.import_playbook: %s/playbooks/plan.yml
+
 - name: Fabric check (lab fault test)
   hosts: head:workers
   gather_facts: false
   roles:
     - role: dgxspark.cluster.fabric_check
-"""
+""" % REPO
 
 
 def rail_address(subnet, rank):

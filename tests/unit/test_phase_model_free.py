@@ -148,11 +148,12 @@ def _phases():
 
 
 def _role_variables():
-    """Every role's variables (its argument_specs), by role."""
+    """Every role's variables (its argument_specs), by role; not the plan (dgxspark_plan), which every phase's digest
+    takes whole (playbooks/tasks/phase.yml)."""
     found = {}
     for role in sorted(os.listdir(os.path.join(REPO, 'roles'))):
         with open(os.path.join(REPO, 'roles', role, 'meta', 'argument_specs.yml'), encoding='utf-8') as handle:
-            found[role] = set(yaml.safe_load(handle)['argument_specs']['main']['options'])
+            found[role] = set(yaml.safe_load(handle)['argument_specs']['main']['options']) - {'dgxspark_plan'}
     return found
 
 
