@@ -1,0 +1,47 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The plan is read as it is: a key the plan always has gets no default(...) fallback in a role or playbook (a fallback
+hides a plan that changed shape, and answers for it with a guess: `executor_backend | default('ray')` under mp)."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The plan fact, or a role's copy of it (_ray_cluster_plan), then keys or indexes, then a default filter.
+PLAN_KEY_WITH_DEFAULT = re.compile(r'\b(?:dgxspark_plan|_[a-z0-9_]+_plan)(?:\.[A-Za-z_][A-Za-z0-9_]*|\[[^\]]+\])+\s*\|\s*(?:default|d)\s*\(')
+
+
+def _sources():
+    for top in ('roles', 'playbooks', 'molecule'):
+        for dirpath, _dirs, files in os.walk(os.path.join(REPO, top)):
+            for name in files:
+                if name.endswith(('.yml', '.yaml', '.j2')):
+                    yield os.path.join(dirpath, name)
+
+
+@pytest.mark.parametrize('text, found', [
+    ("{{ _ray_cluster_plan.executor_backend | default('ray') == 'ray' }}", True),
+    ("{{ dgxspark_plan.patches | default([]) | dgxspark.cluster.patch_node_files('/etc') }}", True),
+    ("{{ dgxspark_plan['mp_master'] | d(none) }}", True),
+    ("{{ _node_firewall_plan.mp_master.port|default(0) }}", True),
+    ("{{ _ray_cluster_plan.executor_backend == 'ray' }}", False),
+    ("{{ dgxspark_plan | default({}) }}", False),  # the whole plan where none may exist (diagnose: a plan that failed)
+    ("{{ _plan.nodes | selectattr('host', 'equalto', inventory_hostname) | first | default(none) }}", False),
+    ("{{ hostvars[_vllm_container_plan.head]._x | default(false) }}", False),
+])
+def test_the_pattern(text, found):
+    assert bool(PLAN_KEY_WITH_DEFAULT.search(text)) is found
+
+
+def test_no_role_or_playbook_reads_a_plan_key_with_a_default():
+    hits = []
+    for path in _sources():
+        with open(path, encoding='utf-8') as handle:
+            for number, line in enumerate(handle, 1):
+                if not line.lstrip().startswith('#') and PLAN_KEY_WITH_DEFAULT.search(line):
+                    hits.append('%s:%d: %s' % (os.path.relpath(path, REPO), number, line.strip()))
+    assert hits == [], 'a plan key read with a default (the plan always has it: read it as it is):\n' + '\n'.join(hits)
