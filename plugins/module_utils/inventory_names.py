@@ -6,9 +6,10 @@ A misspelled variable (a tensor parallel size with one l) is silently ignored by
 400 GB model that costs an hour. The plan refuses every variable that carries the collection's prefix (``dgxspark_``)
 or a role's prefix (the role's directory name and ``_``) but is no name the collection knows.
 
-The known names are not listed by hand: they are every such token in the collection's own files (role defaults,
-argument specs, set_fact and register names, variables read with ``default(...)``, the lab's variables), so the list
-keeps itself in sync with the code that reads them.
+The known names are what the collection declares, never what its files happen to mention: every option of every
+role's argument specs (all entry points) and every name of the inventory schema (planned, shared, run and lab
+variables, inventory_schema.py). Inventories and documents are not read, so a typo is caught wherever the inventory
+lives, ``inventories/`` included.
 """
 
 from __future__ import annotations
@@ -16,13 +17,15 @@ from __future__ import annotations
 import difflib
 import functools
 import os
-import re
+
+try:
+    import yaml
+except ImportError:  # the plan runs on the controller, which has PyYAML with Ansible
+    yaml = None
+
+from ansible_collections.dgxspark.cluster.plugins.module_utils.inventory_schema import declared_names
 
 COLLECTION_PREFIX = 'dgxspark_'
-SCANNED_DIRECTORIES = ('roles', 'playbooks', 'plugins', 'inventories')
-SCANNED_EXTENSIONS = ('.yml', '.yaml', '.py', '.j2', '.sh', '.md')
-# Directories that hold no source of the collection (caches, lab state written at run time).
-SKIPPED_DIRECTORIES = frozenset(('__pycache__', '.git', 'state'))
 
 
 @functools.lru_cache(maxsize=None)
@@ -35,31 +38,25 @@ def variable_prefixes(root):
     return tuple(sorted([COLLECTION_PREFIX] + ['%s_' % role for role in roles], key=lambda p: (-len(p), p)))
 
 
-def name_pattern(prefixes):
-    """The regular expression of a prefixed name; ``\\b`` keeps internals (``_ray_cluster_plan``) out."""
-    return re.compile(r'\b(?:%s)[a-z0-9_]+' % '|'.join(re.escape(p) for p in prefixes))
+def argument_spec_names(root):
+    """Every option of every entry point of every role's meta/argument_specs.yml."""
+    names = set()
+    roles_dir = os.path.join(root, 'roles')
+    for role in sorted(os.listdir(roles_dir)) if os.path.isdir(roles_dir) else []:
+        path = os.path.join(roles_dir, role, 'meta', 'argument_specs.yml')
+        if not os.path.isfile(path):
+            continue
+        with open(path, 'r', encoding='utf-8') as handle:
+            entry_points = (yaml.safe_load(handle) or {}).get('argument_specs') or {}
+        for entry_point in entry_points.values():
+            names.update((entry_point or {}).get('options') or {})
+    return names
 
 
 @functools.lru_cache(maxsize=None)
 def known_names(root):
-    """Every prefixed name found in the text files of the collection's roles, playbooks, plugins and inventories.
-
-    Cached per process: the plan runs once per play (and in role fallbacks), the scan needs to happen once.
-    """
-    pattern = name_pattern(variable_prefixes(root))
-    names = set()
-    for directory in SCANNED_DIRECTORIES:
-        for dirpath, dirnames, filenames in os.walk(os.path.join(root, directory)):
-            dirnames[:] = [d for d in dirnames if d not in SKIPPED_DIRECTORIES]
-            for filename in filenames:
-                if not filename.endswith(SCANNED_EXTENSIONS):
-                    continue
-                try:
-                    with open(os.path.join(dirpath, filename), 'r', encoding='utf-8', errors='replace') as handle:
-                        names.update(pattern.findall(handle.read()))
-                except OSError:
-                    continue  # an unreadable file only makes the list shorter; the plan still names what it finds
-    return frozenset(names)
+    """Every name the collection declares: its roles' argument specs and the inventory schema (cached per process)."""
+    return frozenset(argument_spec_names(root)) | declared_names()
 
 
 def _prefix_of(name, prefixes):

@@ -96,6 +96,49 @@ HOST_VARIABLES = (
                     '(subnet network + address_offset + rank) on that rail.'},
 )
 
+# Cluster-wide names that are not planned values: read by several roles (each role's own variable defaults to it) or by
+# the playbooks. Declared here so that a misspelling is caught wherever the inventory lives (inventory_names.py).
+SHARED_VARIABLES = (
+    {'name': 'dgxspark_model', 'description': "The model to serve: a Hugging Face repository, or a directory on the head."},
+    {'name': 'dgxspark_model_dir', 'description': 'The Hugging Face cache directory on every node (default /root/.cache/huggingface).'},
+    {'name': 'dgxspark_model_download', 'description': 'Download the model into the head\'s cache when it is missing there (distribute).'},
+    {'name': 'dgxspark_hf_token', 'description': 'Hugging Face token for the download (vault it); travels only in a 0600 file.'},
+    {'name': 'dgxspark_serving_image', 'description': 'The serving image (vLLM) on the head, distributed to every node.'},
+    {'name': 'dgxspark_serving_docker_gpus', 'description': "The serving containers' GPU request: all (a Spark) or empty (no GPU)."},
+    {'name': 'dgxspark_serving_rdma_devices', 'description': "The RDMA devices the serving containers get (default /dev/infiniband)."},
+    {'name': 'dgxspark_serving_memlock_ulimit', 'description': "The serving containers' memlock ulimit (default -1, unlimited)."},
+    {'name': 'dgxspark_serving_extra_volumes', 'description': 'Extra mounts of the serving containers (Docker volume strings).'},
+    {'name': 'dgxspark_vllm_site_args', 'description': "vLLM options this site sets over the profile's (a labelled difference)."},
+    {'name': 'dgxspark_site_patches', 'description': "Patches of this site, checked and applied at container start like a profile's."},
+    {'name': 'dgxspark_site_patches_dir', 'description': 'The directory of the files that dgxspark_site_patches names.'},
+    {'name': 'dgxspark_secrets_dir', 'description': 'The controller directory of the generated secrets (default ~/.config/dgxspark/...).'},
+    {'name': 'dgxspark_api_allowed_cidrs', 'description': 'Networks allowed to reach the vLLM API port (empty: the nodes and rails only).'},
+    {'name': 'dgxspark_monitoring_allowed_cidrs', 'description': "Networks allowed to reach Prometheus and the node exporters."},
+    {'name': 'dgxspark_network_apply_sysctls', 'description': "Apply the rails' sysctl drop-in at run time too (default true)."},
+    {'name': 'dgxspark_cx7_sysfs_root', 'description': 'Where the CX-7 facts read sysfs (default /sys; the lab: its stand-in tree).'},
+    {'name': 'dgxspark_meminfo_path', 'description': 'Where memory is read (default /proc/meminfo; the lab: a stand-in).'},
+    {'name': 'dgxspark_expected_link_speed_mbps', 'description': "The rails' expected link speed (default 200000)."},
+    {'name': 'dgxspark_expected_gpu_name', 'description': 'The GPU name preflight expects on every node (default NVIDIA GB10).'},
+    {'name': 'dgxspark_preflight_max_clock_skew_s', 'description': "The clock skew preflight allows between nodes (default 5 s)."},
+    {'name': 'dgxspark_preflight_timeout', 'description': "Seconds preflight's read of a node may take (default 120)."},
+    {'name': 'dgxspark_distribute_image', 'description': 'Whether the deploy brings the serving image to every node (default true).'},
+    {'name': 'dgxspark_distribute_model', 'description': 'Whether the deploy brings the model to every node (default true).'},
+    {'name': 'dgxspark_profiles_dir', 'description': 'A directory of model profiles of your own, beside the collection\'s.'},
+)
+
+# Switches of one run, given with -e: they change what a playbook does, never the plan.
+RUN_VARIABLES = (
+    {'name': 'dgxspark_plan_overrides', 'description': 'Values a playbook sets over the inventory (the seed playbooks).'},
+    {'name': 'dgxspark_phase_force', 'description': 'Run every phase, even those that converged before (-e dgxspark_phase_force=true).'},
+    {'name': 'dgxspark_release_rollback', 'description': 'Put the last proven release back when a new one fails (default true).'},
+    {'name': 'dgxspark_status_report_only', 'description': 'status.yml prints the table and does not fail (diagnose.yml sets it).'},
+)
+
+# The lab's labelled variables (inventories/lab): what only the virtual Spark lab sets.
+LAB_VARIABLES = (
+    {'name': 'dgxspark_lab_state_dir', 'description': "LAB: the lab's state directory (lab.json, secrets), read by the lab inventory."},
+)
+
 _BY_NAME = dict((v['name'], v) for v in CLUSTER_VARIABLES + HOST_VARIABLES)
 
 _TYPE_WORDS = {
@@ -112,6 +155,11 @@ def cluster_variable_names():
 def host_variable_names():
     """Names of the per-host variables."""
     return [v['name'] for v in HOST_VARIABLES]
+
+
+def declared_names():
+    """Every variable name this schema declares: the planned ones and the shared, run and lab ones."""
+    return frozenset(v['name'] for v in CLUSTER_VARIABLES + HOST_VARIABLES + SHARED_VARIABLES + RUN_VARIABLES + LAB_VARIABLES)
 
 
 def get_variable(name):

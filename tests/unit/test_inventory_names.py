@@ -7,8 +7,10 @@ from __future__ import annotations
 import os
 
 import pytest
+import yaml
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils import inventory_names as names
+from ansible_collections.dgxspark.cluster.plugins.module_utils import inventory_schema as schema
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -83,14 +85,14 @@ def test_prefixes_are_the_collection_and_its_roles():
     'ray_cluster_image',  # role defaults
     'vllm_container_port',
     'node_firewall_api_allowed_cidrs',
-    'dgxspark_api_allowed_cidrs',  # read with default(...) only
+    'dgxspark_api_allowed_cidrs',  # shared by several roles
     'dgxspark_monitoring_allowed_cidrs',
     'monitoring_scrape_ray',
     'dgxspark_hf_token',
     'dgxspark_model_download',
     'dgxspark_profiles_dir',
     'dgxspark_lab_state_dir',  # the lab inventory's
-    'dgxspark_plan_result',  # registered by a playbook
+    'dgxspark_phase_force',  # a run's switch
 ])
 def test_known_names_of_the_collection(name):
     assert name in names.known_names(ROOT)
@@ -102,12 +104,57 @@ def test_known_names_leave_out_made_up_names_and_internals(name):
     assert name not in names.known_names(ROOT)
 
 
-def test_known_names_scan_only_the_collection_directories(tmp_path):
-    (tmp_path / 'roles' / 'myrole' / 'defaults').mkdir(parents=True)
-    (tmp_path / 'roles' / 'myrole' / 'defaults' / 'main.yml').write_text('myrole_port: 1\nother_x: 2\n')
+def test_known_names_are_what_the_collection_declares_never_what_its_files_mention(tmp_path):
+    """Every entry point's argument specs and the inventory schema; not defaults, playbooks, inventories or docs."""
+    (tmp_path / 'roles' / 'myrole' / 'meta').mkdir(parents=True)
+    (tmp_path / 'roles' / 'myrole' / 'meta' / 'argument_specs.yml').write_text(
+        'argument_specs:\n  main:\n    options:\n      myrole_port: {type: int}\n'
+        '  other:\n    options:\n      myrole_other_entry: {type: str}\n')
+    (tmp_path / 'roles' / 'myrole' / 'defaults').mkdir()
+    (tmp_path / 'roles' / 'myrole' / 'defaults' / 'main.yml').write_text('myrole_port: 1\nmyrole_undeclared: 2\n')
     (tmp_path / 'playbooks').mkdir()
-    (tmp_path / 'playbooks' / 'p.yml').write_text('- debug: {msg: "{{ dgxspark_a | default(1) }} {{ _myrole_b }}"}\n')
-    (tmp_path / 'playbooks' / 'notes.txt').write_text('dgxspark_not_scanned\n')
-    (tmp_path / 'docs').mkdir()
-    (tmp_path / 'docs' / 'd.md').write_text('dgxspark_in_docs\n')
-    assert names.known_names(str(tmp_path)) == frozenset(('myrole_port', 'dgxspark_a'))
+    (tmp_path / 'playbooks' / 'p.yml').write_text('- debug: {msg: "{{ dgxspark_a | default(1) }}"}\n')
+    (tmp_path / 'inventories' / 'mine' / 'group_vars').mkdir(parents=True)
+    (tmp_path / 'inventories' / 'mine' / 'group_vars' / 'all.yml').write_text('dgxspark_pipline_parallel_size: 1\n')
+    (tmp_path / 'README.md').write_text('dgxspark_in_docs\n')
+    known = names.known_names(str(tmp_path))
+    assert {'myrole_port', 'myrole_other_entry'} <= known
+    assert {'myrole_undeclared', 'dgxspark_a', 'dgxspark_pipline_parallel_size', 'dgxspark_in_docs'}.isdisjoint(known)
+    assert known - {'myrole_port', 'myrole_other_entry'} == schema.declared_names()
+
+
+def _shipped_inventory_names():
+    """Every prefixed variable a shipped inventory (inventories/, molecule's group_vars, tests/inventories) sets."""
+    found = set()
+    for top in ('inventories', 'molecule', os.path.join('tests', 'inventories')):
+        for dirpath, _dirs, files in os.walk(os.path.join(ROOT, top)):
+            if top == 'molecule' and 'group_vars' not in dirpath.split(os.sep) or 'state' in dirpath.split(os.sep):
+                continue
+            for name in files:
+                if name.endswith(('.yml', '.yaml')):
+                    with open(os.path.join(dirpath, name), encoding='utf-8') as handle:
+                        data = yaml.safe_load(handle)
+                    found.update(_prefixed_keys(data))
+    return sorted(found)
+
+
+def _prefixed_keys(data):
+    """Variable names of a group_vars file or of a YAML inventory (hosts' and groups' vars)."""
+    keys = set()
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if key in ('all', 'children', 'hosts') or key in ('head', 'workers') or isinstance(value, dict) and (
+                    'hosts' in value or 'children' in value or 'vars' in value):
+                keys |= _prefixed_keys(value)
+            elif key == 'vars':
+                keys |= set(value or {})
+            elif any(str(key).startswith(p) for p in names.variable_prefixes(ROOT)):
+                keys.add(key)
+            elif isinstance(value, dict):
+                keys |= _prefixed_keys(value)  # a host's own variables
+    return keys
+
+
+@pytest.mark.parametrize('name', _shipped_inventory_names())
+def test_every_variable_a_shipped_inventory_sets_is_declared(name):
+    assert name in names.known_names(ROOT) or not any(name.startswith(p) for p in names.variable_prefixes(ROOT))

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 
 import pytest
@@ -127,6 +128,28 @@ def test_plan_names_the_host_of_a_misspelled_host_variable(tmp_path):
     assert result.returncode != 0, output
     assert ('dgxspark_rail_adresses is not a variable of dgxspark.cluster (did you mean dgxspark_rail_addresses?): '
             'set on spark-gamma;') in output, output
+
+
+@pytest.fixture(name='inventory_under_inventories')
+def fixture_inventory_under_inventories():
+    """A user's inventory where users put theirs, beside the shipped ones: a copy of inventories/4node with a typo."""
+    path = os.path.join(ROOT, 'inventories', 'test-typo-%d' % os.getpid())
+    shutil.copytree(os.path.join(ROOT, 'inventories', '4node'), path)
+    with open(os.path.join(path, 'group_vars', 'all.yml'), 'a', encoding='utf-8') as handle:
+        handle.write('dgxspark_pipline_parallel_size: 1\n')
+    try:
+        yield os.path.relpath(path, ROOT)
+    finally:
+        shutil.rmtree(path)
+
+
+def test_a_typo_in_an_inventory_under_inventories_is_refused_too(inventory_under_inventories):
+    """Known names come from what the collection declares, never from a scan of its inventories (issue 48)."""
+    result = run_plan(inventory_under_inventories)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    assert ('dgxspark_pipline_parallel_size is not a variable of dgxspark.cluster (did you mean '
+            'dgxspark_pipeline_parallel_size?): set on every node') in output, output
 
 
 def user_profile(tmp_path, **changes):
