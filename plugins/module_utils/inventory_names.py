@@ -18,12 +18,8 @@ import difflib
 import functools
 import os
 
-try:
-    import yaml
-except ImportError:  # the plan runs on the controller, which has PyYAML with Ansible
-    yaml = None
-
 from ansible_collections.dgxspark.cluster.plugins.module_utils.inventory_schema import declared_names
+from ansible_collections.dgxspark.cluster.plugins.module_utils.role_inputs import role_entry_points
 
 COLLECTION_PREFIX = 'dgxspark_'
 
@@ -40,17 +36,7 @@ def variable_prefixes(root):
 
 def argument_spec_names(root):
     """Every option of every entry point of every role's meta/argument_specs.yml."""
-    names = set()
-    roles_dir = os.path.join(root, 'roles')
-    for role in sorted(os.listdir(roles_dir)) if os.path.isdir(roles_dir) else []:
-        path = os.path.join(roles_dir, role, 'meta', 'argument_specs.yml')
-        if not os.path.isfile(path):
-            continue
-        with open(path, 'r', encoding='utf-8') as handle:
-            entry_points = (yaml.safe_load(handle) or {}).get('argument_specs') or {}
-        for entry_point in entry_points.values():
-            names.update((entry_point or {}).get('options') or {})
-    return names
+    return set(name for entries in role_entry_points(root).values() for options in entries.values() for name in options)
 
 
 @functools.lru_cache(maxsize=None)

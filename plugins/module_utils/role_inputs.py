@@ -103,9 +103,9 @@ def _merge(found, all_hosts):
 
 
 @functools.lru_cache(maxsize=None)
-def role_specs(root):
-    """{role: {variable: its option spec}} from every role's meta/argument_specs.yml (entry point main)."""
-    specs = {}
+def role_entry_points(root):
+    """{role: {entry point: {variable: its option spec}}} from every role's meta/argument_specs.yml."""
+    found = {}
     roles_dir = os.path.join(root, 'roles')
     for role in sorted(os.listdir(roles_dir)) if os.path.isdir(roles_dir) else []:
         path = os.path.join(roles_dir, role, 'meta', 'argument_specs.yml')
@@ -113,8 +113,14 @@ def role_specs(root):
             continue
         with open(path, 'r', encoding='utf-8') as handle:
             data = yaml.safe_load(handle) or {}
-        specs[role] = dict(((data.get('argument_specs') or {}).get('main') or {}).get('options') or {})
-    return specs
+        found[role] = dict((entry, dict((spec or {}).get('options') or {}))
+                           for entry, spec in (data.get('argument_specs') or {}).items())
+    return found
+
+
+def role_specs(root):
+    """{role: {variable: its option spec}} of every role's entry point main."""
+    return dict((role, entries.get('main', {})) for role, entries in role_entry_points(root).items())
 
 
 def _without_descriptions(spec):
