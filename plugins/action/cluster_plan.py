@@ -82,6 +82,14 @@ def port_defaults(specs):
     return ray, single
 
 
+def inventory_sources(task_vars):
+    """The inventory sources Ansible parsed (-i), as one line: the plan says which inventory it planned."""
+    sources = task_vars.get('ansible_inventory_sources') or []
+    if isinstance(sources, str):
+        sources = [sources]
+    return ', '.join(str(source) for source in sources) or '(none: give one with -i)'
+
+
 class ActionModule(ActionBase):
     """Build the cluster plan from the inventory's groups and host variables."""
 
@@ -171,10 +179,11 @@ class ActionModule(ActionBase):
         if problems:
             result['failed'] = True
             result['problems'] = problems
-            result['msg'] = 'The cluster plan is invalid (%d problem%s):\n%s' % (
-                len(problems), '' if len(problems) == 1 else 's', '\n'.join('- %s' % p for p in problems))
+            result['msg'] = 'The cluster plan is invalid (%d problem%s) for the inventory %s:\n%s' % (
+                len(problems), '' if len(problems) == 1 else 's', inventory_sources(task_vars),
+                '\n'.join('- %s' % p for p in problems))
             return result
         plan['warnings'] = role_inputs.input_warnings(plan['variables'], network_warnings)
         result['plan'] = plan
-        result['table'] = render_plan_table(plan)
+        result['table'] = render_plan_table(plan, inventory_sources(task_vars))
         return result

@@ -105,7 +105,8 @@ def _group_problems(groups):
     heads = list(groups.get('head') or [])
     workers = list(groups.get('workers') or [])
     if not heads:
-        problems.append("Inventory group 'head' is missing or empty: put exactly one host (the Ray head, where vLLM serves) in group head.")
+        problems.append("Inventory group 'head' is missing or empty: put exactly one host (the Ray head, where vLLM serves) in group head "
+                        "(no inventory at all? give yours with -i, e.g. -i inventories/4node).")
     elif len(heads) > 1:
         problems.append("Inventory group 'head' has %d hosts (%s): exactly one host must be the head; move the others to group workers." % (
             len(heads), ', '.join(heads)))
@@ -581,11 +582,12 @@ def _table(header, rows):
     return lines
 
 
-def render_plan_table(plan):
-    """The plan as text lines: a node table and a summary, units labelled."""
+def render_plan_table(plan, inventory=None):
+    """The plan as text lines: a node table and a summary, units labelled; first, the inventory it was made from."""
     header = ['rank', 'host', 'role'] + ['%s %s (%s)' % (r['name'], r['interface'], r['subnet']) for r in plan['rails']]
     rows = [[n['rank'], n['host'], n['role']] + [n['rail_addresses'][r['name']] for r in plan['rails']] for n in plan['nodes']]
-    lines = ['Cluster plan: %s (%s), %d nodes' % (plan['model_profile'], plan['hf_repo'], plan['world_size'])]
+    lines = ['Inventory: %s' % inventory] if inventory else []
+    lines.append('Cluster plan: %s (%s), %d nodes' % (plan['model_profile'], plan['hf_repo'], plan['world_size']))
     lines.extend(_table(header, rows))
     mem = plan['memory']
     kv = plan['kv_cache']

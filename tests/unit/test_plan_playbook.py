@@ -130,6 +130,24 @@ def test_plan_names_the_host_of_a_misspelled_host_variable(tmp_path):
             'set on spark-gamma;') in output, output
 
 
+def test_the_plan_names_the_inventory_it_planned():
+    result = run_plan('inventories/4node')
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert 'Inventory: %s' % os.path.join(ROOT, 'inventories', '4node') in result.stdout, result.stdout
+
+
+def test_without_an_inventory_nothing_is_planned_and_the_plan_says_to_give_one():
+    """ansible.cfg names no default inventory: forgetting -i used to plan the lab without a word (issue 48)."""
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, 'ansible.cfg'), ANSIBLE_NOCOLOR='1', ANSIBLE_FORCE_COLOR='0')
+    env.pop('ANSIBLE_INVENTORY', None)
+    result = subprocess.run([ANSIBLE_PLAYBOOK, os.path.join('playbooks', 'plan.yml')], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=300, check=False)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    assert "Inventory group 'head' is missing or empty" in output and 'give yours with -i' in output, output
+    assert 'Cluster plan:' not in output and 'spark-alpha' not in output, output
+
+
 @pytest.fixture(name='inventory_under_inventories')
 def fixture_inventory_under_inventories():
     """A user's inventory where users put theirs, beside the shipped ones: a copy of inventories/4node with a typo."""
