@@ -40,7 +40,13 @@ def node_container(backend=None):
     return RAY if (backend or BACKEND) == "ray" else VLLM
 
 
-def run_playbook(lab, playbook, *extra, on_line=None, timeout=900, kill_when=None, backend=None):
+# A guard against a run that hangs, not a measure of speed: the deploy's own watchdogs fail a stalled step sooner. A
+# first deploy of the 4 nodes took 430 s alone on a 2-core AMD EPYC lab host and over 900 s beside the suite's other
+# work, so the budget is generous.
+PLAYBOOK_TIMEOUT = 2700
+
+
+def run_playbook(lab, playbook, *extra, on_line=None, timeout=PLAYBOOK_TIMEOUT, kill_when=None, backend=None):
     """Run playbooks/<playbook> on every lab node with BACKEND (the lab's when None); returns (rc, output).
     on_line(line) sees each output line; when kill_when(line) is true, the run is killed at once with its workers
     (SIGKILL: a controller that dies mid-way)."""
@@ -115,7 +121,7 @@ def containers(lab, names=(RAY, VLLM)):
     return state
 
 
-def playbook_ok(lab, playbook, *extra, timeout=900):
+def playbook_ok(lab, playbook, *extra, timeout=PLAYBOOK_TIMEOUT):
     """Run a playbook that must succeed; returns its output."""
     rc, out = run_playbook(lab, playbook, *extra, timeout=timeout)
     assert rc == 0, out[-6000:]

@@ -151,7 +151,7 @@ def test_a_node_lost_in_the_middle_of_a_deploy_is_named_and_a_rerun_converges(de
 
     try:
         rc, out = run_playbook(deployed, "deploy-397b.yml", "--tags", "os", "-e", "dgxspark_phase_force=true",
-                               on_line=cut_at_the_os_phase, timeout=900)
+                               on_line=cut_at_the_os_phase)
     finally:
         deployed.labctl("mgmt", "spark-delta", "restore")
     assert cut["done"] and rc != 0
@@ -162,7 +162,7 @@ def test_a_node_lost_in_the_middle_of_a_deploy_is_named_and_a_rerun_converges(de
     assert "TASK [" not in later_phases, later_phases  # no later phase ran anything (their banners still print)
     assert "TASK [Build the status table]" not in stopped_at  # nor the verify table, with no node read
     started = time.time()
-    rc, out = run_playbook(deployed, "deploy-397b.yml", timeout=900)
+    rc, out = run_playbook(deployed, "deploy-397b.yml")
     assert rc == 0, out[-6000:]
     print("\nRECOVERY node unreachable mid-deploy (the re-run): %.0f s" % (time.time() - started))
     assert says_healthy(out)
