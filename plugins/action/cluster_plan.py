@@ -20,7 +20,7 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils.inventory_schema 
     host_variable_names,
 )
 from ansible_collections.dgxspark.cluster.plugins.module_utils.profile_schema import site_patches
-from ansible_collections.dgxspark.cluster.plugins.module_utils.secrets_dir import secrets_dir_problem
+from ansible_collections.dgxspark.cluster.plugins.module_utils.secrets_dir import controller_secrets_dir, secrets_dir_problem
 from ansible_collections.dgxspark.cluster.plugins.module_utils import role_inputs
 from ansible_collections.dgxspark.cluster.plugins.module_utils.inventory_names import (
     known_names,
@@ -34,6 +34,25 @@ ROLE_INPUT_EXTRAS = ('dgxspark_api_allowed_cidrs', 'dgxspark_vllm_site_args', 'a
 # plugins/action/cluster_plan.py -> the collection root is two directories above plugins/action.
 COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILTIN_PROFILES_DIR = os.path.join(COLLECTION_ROOT, 'profiles', 'models')
+PLAYBOOKS_DIR = os.path.join(COLLECTION_ROOT, 'playbooks')
+
+
+def playbook_presets(playbook):
+    """(presets, name, problems) that a playbook of the collection sets (its import's dgxspark_plan_presets): what
+    plan.yml plans with for -e dgxspark_plan_playbook=deploy-397b.yml, so that it prints what that playbook would."""
+    path = playbook if os.path.isabs(playbook) else os.path.join(PLAYBOOKS_DIR, playbook)
+    name = os.path.basename(path)
+    try:
+        with open(path, 'r', encoding='utf-8') as handle:
+            plays = yaml.safe_load(handle) or []
+    except (OSError, yaml.YAMLError) as exc:
+        known = sorted(f for f in os.listdir(PLAYBOOKS_DIR) if f.startswith('deploy') and f.endswith('.yml'))
+        return {}, name, ['dgxspark_plan_playbook %s cannot be read (%s): name one of %s.' % (playbook, exc, ', '.join(known))]
+    for play in plays if isinstance(plays, list) else []:
+        presets = ((play or {}).get('vars') or {}).get('dgxspark_plan_presets') if isinstance(play, dict) else None
+        if presets:
+            return dict(presets), name, []
+    return {}, name, []
 
 
 def load_profiles(directories):
@@ -90,12 +109,33 @@ def inventory_sources(task_vars):
     return ', '.join(str(source) for source in sources) or '(none: give one with -i)'
 
 
+def plan_heads(groups):
+    """The inventory's head group, as a list."""
+    return list((groups or {}).get('head') or [])
+
+
 class ActionModule(ActionBase):
     """Build the cluster plan from the inventory's groups and host variables."""
 
     TRANSFERS_FILES = False
     _requires_connection = False
-    _VALID_ARGS = frozenset(('profiles_dir', 'overrides'))
+    _VALID_ARGS = frozenset(('profiles_dir', 'presets', 'presets_by', 'playbook'))
+
+    def _head_value(self, hostvars, heads, task_vars, name):
+        """A cluster variable as the head sees it: templated where inventory_dir and the inventory's other variables are
+        defined (the controller's implicit localhost has no inventory_dir: `{{ inventory_dir }}/profiles` failed there)."""
+        try:
+            return hostvars[heads[0]].get(name)
+        except (IndexError, KeyError):
+            return self._templar.template(task_vars.get(name))
+
+    def _key_dir(self, hostvars, head):
+        """The controller's directory of the generated API key, as vllm_container's default makes it."""
+        host_vars = hostvars[head]
+        for name in ('vllm_container_controller_secrets_dir', 'dgxspark_secrets_dir'):
+            if host_vars.get(name):
+                return host_vars[name]
+        return controller_secrets_dir(host_vars['inventory_dir']) if host_vars.get('inventory_dir') else '~/.config/dgxspark'
 
     def _secrets_dir_problems(self, hostvars, heads):
         """The refusal for secrets still kept only in the directory shared by the inventory directory's name (the
@@ -115,9 +155,14 @@ class ActionModule(ActionBase):
         del tmp
         validation, args = self.validate_argument_spec(argument_spec=dict(
             profiles_dir=dict(type='path'),
-            overrides=dict(type='dict', default={}),
+            presets=dict(type='dict', default={}),
+            presets_by=dict(type='str', default='the playbook'),
+            playbook=dict(type='str'),
         ))
         del validation
+        presets, presets_by, problems = args.get('presets') or {}, args.get('presets_by') or 'the playbook', []
+        if args.get('playbook') and not presets:
+            presets, presets_by, problems = playbook_presets(args['playbook'])
 
         groups = task_vars.get('groups') or {}
         hostvars = task_vars.get('hostvars') or {}
@@ -140,10 +185,11 @@ class ActionModule(ActionBase):
         directories = [BUILTIN_PROFILES_DIR]
         # The argument, else the inventory's or the command line's dgxspark_profiles_dir: every play that plans (the
         # roles' own fallbacks included) sees the user's profiles.
-        profiles_dir = args.get('profiles_dir') or self._templar.template(task_vars.get('dgxspark_profiles_dir'))
+        profiles_dir = args.get('profiles_dir') or self._head_value(hostvars, plan_heads(groups), task_vars, 'dgxspark_profiles_dir')
         if profiles_dir:
             directories.append(os.path.abspath(os.path.expanduser(str(profiles_dir))))
-        profiles, problems = load_profiles(directories)
+        profiles, profile_problems = load_profiles(directories)
+        problems.extend(profile_problems)
         # A misspelled variable would be ignored and its default used: refuse it with the closest known name.
         problems.extend(unknown_variable_problems(node_names, known_names(COLLECTION_ROOT), variable_prefixes(COLLECTION_ROOT)))
         # The roles' variables: each against its role's argument spec, secrets in extra maps, ports, API networks.
@@ -151,18 +197,21 @@ class ActionModule(ActionBase):
         problems.extend(role_inputs.spec_problems(role_values, specs))
         problems.extend(role_inputs.value_problems(role_values))
         problems.extend(role_inputs.secret_problems(role_values))
+        problems.extend(role_inputs.planned_option_problems(role_values))
         problems.extend(role_inputs.port_problems(role_values, *port_defaults(specs)))
         network_problems, network_warnings = role_inputs.api_network_problems(role_values)
         problems.extend(network_problems)
         plan_groups = {'head': list(groups.get('head') or []), 'workers': list(groups.get('workers') or [])}
         try:
-            plan = build_plan(plan_groups, node_vars, profiles, overrides=args.get('overrides') or {})
+            plan = build_plan(plan_groups, node_vars, profiles, presets=presets, presets_by=presets_by)
+            notes = []
         except ClusterPlanError as exc:
             problems.extend(exc.problems)
+            notes = exc.notes
             plan = None
         if plan is not None:
             # The inventory's own patches (dgxspark_site_patches), applied before the profile's.
-            site_dir = self._templar.template(task_vars.get('dgxspark_site_patches_dir') or '')
+            site_dir = self._head_value(hostvars, plan_groups['head'], task_vars, 'dgxspark_site_patches_dir') or ''
             plan['patches'], site_problems = site_patches(
                 self._templar.template(task_vars.get('dgxspark_site_patches') or []),
                 os.path.abspath(os.path.expanduser(str(site_dir))) if site_dir else '', plan['patches'])
@@ -175,15 +224,22 @@ class ActionModule(ActionBase):
             problems.extend(role_inputs.backend_problems(role_values, plan['executor_backend'],
                                                          plan['variables']['dgxspark_mp_master_port'], port_defaults(specs)[1]))
         problems.extend(self._secrets_dir_problems(hostvars, plan_groups['head']))
+        if not presets and any(p.startswith('dgxspark_model_profile is not set') for p in problems):
+            notes = notes + ['The model may come from the playbook you will run: plan with its presets, '
+                             'playbooks/plan.yml -e dgxspark_plan_playbook=deploy-397b.yml (or that playbook with --tags plan).']
         result['changed'] = False
         if problems:
             result['failed'] = True
             result['problems'] = problems
             result['msg'] = 'The cluster plan is invalid (%d problem%s) for the inventory %s:\n%s' % (
                 len(problems), '' if len(problems) == 1 else 's', inventory_sources(task_vars),
-                '\n'.join('- %s' % p for p in problems))
+                '\n'.join('- %s' % p for p in problems)) + ''.join('\n%s' % note for note in notes)
             return result
-        plan['warnings'] = role_inputs.input_warnings(plan['variables'], network_warnings)
+        head = plan['head']
+        plan['api'] = role_inputs.api_endpoint(head, role_values.get(head, {}), plan['hf_repo'],
+                                               port_defaults(specs)[1]['vllm_container_port'], self._key_dir(hostvars, head))
+        plan['warnings'] = role_inputs.input_warnings(
+            plan['variables'], network_warnings + role_inputs.api_reach_warnings(role_values, head))
         result['plan'] = plan
         result['table'] = render_plan_table(plan, inventory_sources(task_vars))
         return result

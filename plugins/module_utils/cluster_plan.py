@@ -3,7 +3,7 @@
 """Build the cluster plan of a multi-node vLLM deployment on DGX Spark, or explain every problem.
 
 Pure logic: no host is contacted. Inputs are the inventory groups (``head``, ``workers``), the
-variables of every host, the known model profiles and optional overrides. Output is a plan
+variables of every host, the known model profiles and a playbook's presets. Output is a plan
 (nodes, ranks, rail addresses, parallelism, memory fit, KV-cache room, decode roofline) or a
 ``ClusterPlanError`` listing ALL problems, each naming the variable (and host) and the fix.
 
@@ -43,6 +43,7 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils.inventory_schema 
     DEFAULT_NODE_COUNT,
     DEFAULT_RUNTIME_OVERHEAD_GIB,
     GPU_MEMORY_UTILIZATION_CEILING,
+    check_value,
     cluster_variable_names,
     get_variable,
     validate_cluster_vars,
@@ -74,8 +75,10 @@ EXECUTOR_LAYOUTS = {
 class ClusterPlanError(ValueError):
     """The inventory does not describe a valid cluster; ``problems`` lists every reason."""
 
-    def __init__(self, problems):
+    def __init__(self, problems, notes=None):
         self.problems = list(problems)
+        # What the reader needs beside the problems (the user's values kept over a playbook's presets).
+        self.notes = list(notes or [])
         super(ClusterPlanError, self).__init__('\n'.join(self.problems))
 
 
@@ -125,31 +128,78 @@ def _group_problems(groups):
     return order, problems
 
 
-def _collect_cluster_values(order, hostvars, overrides):
+def _collect_cluster_values(order, hostvars):
     """Cluster-wide variables as the head sees them; a problem for each one that differs between nodes."""
     problems = []
     values = {}
-    names = cluster_variable_names()
-    overrides = overrides or {}
-    for name in names:
+    for name in cluster_variable_names():
         seen = dict((h, (hostvars.get(h) or {})[name]) for h in order if name in (hostvars.get(h) or {}))
         if not seen:
             continue
         reference = order[0] if order[0] in seen else [h for h in order if h in seen][0]
         values[name] = seen[reference]
-        if name in overrides:
-            continue
         others = ['%s has %r' % (h, seen[h]) for h in order if h in seen and seen[h] != values[name]]
         others += ['%s does not set it' % h for h in order if h not in seen]
         if others:
             problems.append('%s must be the same on every node (set it in group_vars/all, not in host_vars): %s has %r, but %s.' % (
                 name, reference, values[name], ', '.join(others)))
-    for name, value in overrides.items():
-        if name not in names:
-            problems.append('overrides: %s is not a cluster variable; known: %s.' % (name, ', '.join(names)))
-            continue
-        values[name] = value
     return values, problems
+
+
+def apply_presets(raw_values, presets, presets_by):
+    """A playbook's presets (deploy-397b.yml: the model and its shape) where the user set nothing.
+
+    ``raw_values``: the cluster variables as the inventory or -e set them; ``presets``: name -> value, as the playbook
+    ``presets_by`` states them. A value the user set is honoured over the preset and reported (never replaced without a
+    word), except the model profile, which is what the playbook deploys: a different one is refused. Returns
+    (raw values with the presets in, report, problems); report: {'by', 'applied': {name: value}, 'kept': [{name,
+    yours, preset}]}.
+    """
+    names = cluster_variable_names()
+    problems = [('%s presets %s, which is not a cluster variable: fix the playbook (known: %s).' % (
+        presets_by, name, ', '.join(names))) for name in presets if name not in names]
+    merged = dict(raw_values)
+    report = {'by': presets_by, 'applied': {}, 'kept': []}
+    for name in [n for n in presets if n in names]:
+        preset, preset_problems = check_value(name, get_variable(name), presets[name])
+        if preset_problems:
+            problems.extend('%s presets a wrong value: %s' % (presets_by, p) for p in preset_problems)
+            continue
+        if raw_values.get(name) is None:
+            merged[name] = preset
+            report['applied'][name] = preset
+            continue
+        yours, wrong = check_value(name, get_variable(name), raw_values[name])
+        if wrong or yours == preset:
+            continue  # a wrong value of the user's is refused by its own check; an equal one needs no word
+        if name == 'dgxspark_model_profile':
+            problems.append('%s deploys the model profile %s, but the inventory (or -e) sets dgxspark_model_profile to %s: '
+                            'run playbooks/deploy.yml to serve %s, or remove dgxspark_model_profile to serve %s.' % (
+                                presets_by, preset, yours, yours, preset))
+        else:
+            report['kept'].append({'name': name, 'yours': yours, 'preset': preset})
+    return merged, report, problems
+
+
+def preset_lines(report):
+    """The plan table's lines about a playbook's presets: what it set, and which of the user's values beat it."""
+    if not report or not (report['applied'] or report['kept']):
+        return []
+    lines = []
+    if report['applied']:
+        lines.append('Preset by %s (the inventory does not set them): %s' % (report['by'], ', '.join(
+            '%s=%s' % (name, _shown(value)) for name, value in sorted(report['applied'].items()))))
+    if report['kept']:
+        lines.append('Yours over the presets of %s (inventory or -e): %s' % (report['by'], ', '.join(
+            '%s=%s (preset %s)' % (k['name'], _shown(k['yours']), _shown(k['preset'])) for k in report['kept'])))
+    return lines
+
+
+def _shown(value):
+    """A value as a user writes it in YAML (true, not True)."""
+    if isinstance(value, bool):
+        return 'true' if value else 'false'
+    return str(value)
 
 
 def _parse_subnet(where, subnet):
@@ -461,9 +511,10 @@ ASSUMPTIONS = (
 )
 
 
-def build_plan(groups, hostvars, profiles, overrides=None):
+def build_plan(groups, hostvars, profiles, presets=None, presets_by='the playbook'):
     """Build the plan. ``groups``: {'head': [...], 'workers': [...]}; ``hostvars``: host -> vars;
-    ``profiles``: profile name -> loaded profile mapping; ``overrides``: cluster variable -> value.
+    ``profiles``: profile name -> loaded profile mapping; ``presets``: cluster variable -> value that the playbook
+    ``presets_by`` sets where the inventory does not (apply_presets).
 
     Returns the plan (a dict of plain types). Raises ClusterPlanError with every problem found.
     """
@@ -474,8 +525,10 @@ def build_plan(groups, hostvars, profiles, overrides=None):
     order, group_problems = _group_problems(groups or {})
     problems.extend(group_problems)
     hostvars = hostvars or {}
-    raw_values, value_problems = _collect_cluster_values(order, hostvars, overrides) if order else (dict(overrides or {}), [])
+    raw_values, value_problems = _collect_cluster_values(order, hostvars) if order else ({}, [])
     problems.extend(value_problems)
+    raw_values, presets_report, preset_problems = apply_presets(raw_values, presets or {}, presets_by)
+    problems.extend(preset_problems)
     values, schema_problems = validate_cluster_vars(raw_values)
     problems.extend(schema_problems)
 
@@ -523,7 +576,7 @@ def build_plan(groups, hostvars, profiles, overrides=None):
         problems.extend(memory_problems)
 
     if problems:
-        raise ClusterPlanError(problems)
+        raise ClusterPlanError(problems, notes=preset_lines(presets_report))
 
     nodes = []
     for rank, host in enumerate(order):
@@ -561,6 +614,7 @@ def build_plan(groups, hostvars, profiles, overrides=None):
         'vllm_options': _served_options(profile, values['dgxspark_model_revision']),
         'patches': plan_patches(profile),
         'variables': dict((k, v) for k, v in values.items()),
+        'presets': presets_report,
         'assumptions': list(ASSUMPTIONS),
     }
 
@@ -608,6 +662,7 @@ def render_plan_table(plan, inventory=None):
                             ', rendezvous %(address)s:%(port)d' % plan['mp_master'] if plan.get('mp_master') else ''),
         'Model revision: %s' % plan['model_revision'],
     ])
+    lines.extend(preset_lines(plan.get('presets')))
     for patch in plan.get('patches') or []:
         lines.append('Patch applied at container start: %s (%s, vLLM %s, sha256 %s...)' % (
             patch['name'], patch['kind'], patch['vllm'], patch['sha256'][:12]))

@@ -128,7 +128,9 @@ SHARED_VARIABLES = (
 
 # Switches of one run, given with -e: they change what a playbook does, never the plan.
 RUN_VARIABLES = (
-    {'name': 'dgxspark_plan_overrides', 'description': 'Values a playbook sets over the inventory (the seed playbooks).'},
+    {'name': 'dgxspark_plan_presets', 'description': "Values a playbook sets where the inventory does not (the seed playbooks' model and shape)."},
+    {'name': 'dgxspark_plan_presets_by', 'description': 'The playbook that sets dgxspark_plan_presets, as the plan names it.'},
+    {'name': 'dgxspark_plan_playbook', 'description': "plan.yml plans with this playbook's presets (-e dgxspark_plan_playbook=deploy-397b.yml)."},
     {'name': 'dgxspark_phase_force', 'description': 'Run every phase, even those that converged before (-e dgxspark_phase_force=true).'},
     {'name': 'dgxspark_release_rollback', 'description': 'Put the last proven release back when a new one fails (default true).'},
     {'name': 'dgxspark_status_report_only', 'description': 'status.yml prints the table and does not fail (diagnose.yml sets it).'},

@@ -40,7 +40,7 @@ MODEL_VARIABLES = ('dgxspark_allow_expert_parallel_with_fp8_moe', 'dgxspark_allo
                    'dgxspark_model_profile', 'dgxspark_model_revision', 'dgxspark_node_memory_bandwidth_gbs',
                    'dgxspark_node_memory_gib', 'dgxspark_pipeline_parallel_size', 'dgxspark_profiles_dir',
                    # a seed playbook's fixed shape (model, TP x PP): what it changes is in the plan, digested as such
-                   'dgxspark_plan_overrides',
+                   'dgxspark_plan_presets',
                    'dgxspark_runtime_overhead_gib', 'dgxspark_site_patches', 'dgxspark_site_patches_dir',
                    'dgxspark_tensor_parallel_size', 'dgxspark_vllm_site_args')
 

@@ -52,6 +52,21 @@ ENVIRONMENT_MAPS = ('vllm_container_extra_env', 'ray_cluster_extra_env', 'distri
 # vLLM options the executor backend owns (dgxspark_executor_backend gives every rank its value): set in an options map
 # they would override it on one rank and split the group.
 BACKEND_OPTIONS = ('distributed_executor_backend', 'nnodes', 'node_rank', 'master_addr', 'master_port', 'headless')
+# vLLM options the plan decides (its table shows them), by the variable that sets each: set in an options map they would
+# replace the planned value in the container's argv while the plan table still showed the planned one.
+PLANNED_OPTIONS = {
+    'tensor_parallel_size': 'dgxspark_tensor_parallel_size',
+    'pipeline_parallel_size': 'dgxspark_pipeline_parallel_size',
+    'gpu_memory_utilization': 'dgxspark_gpu_memory_utilization',
+    'max_model_len': 'dgxspark_max_model_len',
+    'kv_cache_dtype': 'dgxspark_kv_cache_dtype',
+    'enable_expert_parallel': 'dgxspark_enable_expert_parallel',
+    'revision': 'dgxspark_model_revision',
+    'model': 'vllm_container_model',
+    'served_model_name': 'vllm_container_served_model_name',
+    'host': 'vllm_container_host',
+    'port': 'vllm_container_port',
+}
 # vLLM options only its Ray executor reads (any other ray_* option too): with mp they would be ignored.
 RAY_ONLY_OPTION_PREFIX = 'ray_'
 
@@ -214,6 +229,22 @@ def secret_problems(values_by_host):
                 if str(key) in SECRET_ENVIRONMENT:
                     text = ('%s sets %s, a secret: it would sit in the container\'s environment (docker inspect); remove it '
                             'and set %s' % (variable, key, SECRET_ENVIRONMENT[str(key)]))
+                    found.setdefault(text, set()).add(host)
+    return _merge(found, values_by_host)
+
+
+def planned_option_problems(values_by_host):
+    """An options map that sets what the plan decides (TP, PP, utilization, context, KV dtype, model, port...): refused
+    with the variable that sets it, so that what runs is what the plan table shows."""
+    found = {}
+    for host, values in values_by_host.items():
+        for variable in OPTION_MAPS:
+            options = values.get(variable) if isinstance(values.get(variable), dict) else {}
+            for key in options:
+                option = _option_key(key).split('.', 1)[0]
+                if option in PLANNED_OPTIONS:
+                    text = ('%s sets %s, which the plan decides: it would run while the plan table shows the planned value; '
+                            'remove it and set %s instead' % (variable, key, PLANNED_OPTIONS[option]))
                     found.setdefault(text, set()).add(host)
     return _merge(found, values_by_host)
 
@@ -427,6 +458,33 @@ def interface_name_problem(where, name):
         return None
     return ('%s is %r, not a Linux interface name: 1 to 15 letters, digits, _ . - (starting with a letter or digit), '
             'as `ip link` shows it' % (where, name))
+
+
+def api_endpoint(head, head_values, hf_repo, port_default, key_dir):
+    """Where clients call the API and how (the deploy and status.yml print it): the head's address (ansible_host, else
+    its name), the port, the served name, and the file the controller keeps the generated key in (None when the
+    inventory gives the key itself, vllm_container_api_key)."""
+    address = head_values.get('ansible_host') or head
+    port = head_values.get('vllm_container_port', port_default)
+    return {
+        'host': str(address),
+        'port': _port(port) if _port(port) is not None else port,
+        'url': 'http://%s:%s/v1' % (address, port),
+        'served_model_name': str(head_values.get('vllm_container_served_model_name') or hf_repo),
+        'api_key_file': None if head_values.get('vllm_container_api_key') else os.path.join(str(key_dir), 'vllm_api_key'),
+    }
+
+
+def api_reach_warnings(values_by_host, head):
+    """The API networks the head's firewall lets in: none means that only the nodes and the rails reach the API, so the
+    curl line the deploy prints and benchmark.yml from the controller would be dropped."""
+    values = values_by_host.get(head) or {}
+    allowed = values.get('node_firewall_api_allowed_cidrs', values.get('dgxspark_api_allowed_cidrs', []))
+    if isinstance(allowed, (list, tuple)) and not allowed:
+        return ['dgxspark_api_allowed_cidrs is empty: only the nodes and the rails reach the vLLM API, so a client on '
+                'your network (and the curl line the deploy prints, or benchmark.yml from this controller) is dropped by '
+                'the firewall; set it to your clients\' network, e.g. [10.0.0.0/24]']
+    return []
 
 
 def input_warnings(plan_variables, api_warnings):

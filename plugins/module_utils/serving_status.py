@@ -363,4 +363,18 @@ def build_serving_status(plan, probes, vllm=None, membership=None, unreachable=N
     release_line = status_line(release) if head not in unreachable else None
     if release_line:
         table.append(release_line)
-    return {'ok': not problems, 'table': table, 'problems': problems, 'rows': rows, 'notes': notes}
+    return {'ok': not problems, 'table': table, 'problems': problems, 'rows': rows, 'notes': notes,
+            'call': call_lines(plan.get('api')) if not problems else []}
+
+
+def call_lines(api):
+    """How a client calls the endpoint (the plan's api): printed under a healthy table, so that a deploy with nothing to
+    do, or status.yml, says where the model is served and how to call it, as the first deploy did."""
+    if not api:
+        return []
+    key = ('$(cat %s)' % api['api_key_file']) if api.get('api_key_file') else '<vllm_container_api_key>'
+    return [
+        'Endpoint: %s serving %s' % (api['url'], api['served_model_name']),
+        '  curl -s %s/chat/completions -H "Authorization: Bearer %s" -H \'Content-Type: application/json\' \\' % (api['url'], key),
+        '    -d \'{"model": "%s", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 64}\'' % api['served_model_name'],
+    ]

@@ -25,12 +25,25 @@ options:
       - Default, the variable C(dgxspark_profiles_dir) (inventory or C(-e)), so that every play that plans sees the same
         profiles.
     type: path
-  overrides:
+  presets:
     description:
-      - Cluster-wide inventory variables (C(dgxspark_*)) to use instead of the inventory's values, for example to try another
-        C(dgxspark_tensor_parallel_size).
+      - Cluster-wide inventory variables (C(dgxspark_*)) that a playbook sets where the inventory (or C(-e)) does not, such
+        as the model and shape a seed playbook deploys.
+      - A value the user set is kept over the preset and the plan table says so; a different C(dgxspark_model_profile) is
+        refused (it is what the playbook deploys).
     type: dict
     default: {}
+  presets_by:
+    description:
+      - The playbook that sets O(presets), as the plan table and the messages name it.
+    type: str
+    default: the playbook
+  playbook:
+    description:
+      - A playbook whose presets to plan with, when O(presets) is empty (its import's C(dgxspark_plan_presets)), as a file
+        name of the collection's C(playbooks/) or an absolute path. C(playbooks/plan.yml) passes C(dgxspark_plan_playbook), so
+        that it prints the plan that playbook would.
+    type: str
 extends_documentation_fragment:
   - dgxspark.cluster.attributes
   - dgxspark.cluster.attributes.READ_ONLY
@@ -55,11 +68,12 @@ EXAMPLES = r"""
   ansible.builtin.debug:
     msg: "{{ dgxspark_plan.table }}"
 
-- name: Try pipeline parallelism instead
+- name: Plan pipeline parallelism where the inventory sets no shape
   dgxspark.cluster.cluster_plan:
-    overrides:
+    presets:
       dgxspark_tensor_parallel_size: 1
       dgxspark_pipeline_parallel_size: 3
+    presets_by: my-3node-playbook.yml
 """
 
 RETURN = r"""

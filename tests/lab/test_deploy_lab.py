@@ -87,6 +87,9 @@ def test_second_deploy_changes_and_restarts_nothing(lab, deployed):
     counts = recap(out)
     assert all(c["changed"] == 0 and c["failed"] == 0 for c in counts.values()), changed_tasks(out) or counts
     assert containers(lab) == deployed["containers"]
+    # ... and ends, as the first did, with where the model is served and how to call it (issue 48)
+    assert re.search(r"healthy\n\s*Endpoint: http://\S+:8000/v1 serving Qwen/Qwen3.5-397B-A17B-FP8\n"
+                     r"\s*curl -s http://\S+/v1/chat/completions -H \"Authorization: Bearer \$\(cat /\S+/vllm_api_key\)\"", out), out[-3000:]
 
 
 def test_check_diff_on_the_converged_cluster_changes_nothing(lab, deployed):

@@ -39,9 +39,9 @@ def cluster(hosts=None, **cluster_vars):
     return groups, hostvars
 
 
-def plan_problems(groups, hostvars, profiles=None, overrides=None):
+def plan_problems(groups, hostvars, profiles=None, presets=None):
     with pytest.raises(cp.ClusterPlanError) as excinfo:
-        cp.build_plan(groups, hostvars, PROFILES if profiles is None else profiles, overrides=overrides)
+        cp.build_plan(groups, hostvars, PROFILES if profiles is None else profiles, presets=presets, presets_by='deploy-x.yml')
     assert str(excinfo.value) == '\n'.join(excinfo.value.problems)
     assert isinstance(excinfo.value, ValueError)
     return excinfo.value.problems
@@ -128,11 +128,76 @@ def test_per_host_address_override():
     assert plan['nodes'][2]['rail_addresses'] == {'rail1': '192.168.100.50', 'rail2': '192.168.101.12'}
 
 
-def test_overrides_replace_inventory_values():
-    groups, hostvars = cluster(['a', 'b', 'c'], dgxspark_model_profile='qwen3_5_397b_a17b_int4_autoround', dgxspark_tensor_parallel_size=3)
-    plan = cp.build_plan(groups, hostvars, PROFILES,
-                         overrides={'dgxspark_tensor_parallel_size': 1, 'dgxspark_pipeline_parallel_size': 3})
-    assert (plan['tensor_parallel_size'], plan['pipeline_parallel_size']) == (1, 3)
+INT4 = 'qwen3_5_397b_a17b_int4_autoround'
+# deploy-004-397b-int4.yml's presets
+SHAPE_4X1 = {'dgxspark_model_profile': INT4, 'dgxspark_tensor_parallel_size': 4, 'dgxspark_pipeline_parallel_size': 1,
+             'dgxspark_gpu_memory_utilization': 0.78}
+
+
+def four_nodes(**values):
+    """groups and hostvars of four nodes whose inventory sets exactly ``values``."""
+    hosts = ['a', 'b', 'c', 'd']
+    return {'head': hosts[:1], 'workers': hosts[1:]}, dict((h, dict(values)) for h in hosts)
+
+
+@pytest.mark.parametrize('inventory, expected_shape, applied, kept', [
+    # The inventory sets no shape: the playbook's presets give it, and the table names them.
+    ({}, (4, 1, 0.78), sorted(SHAPE_4X1), []),
+    # Equal values need no word.
+    (dict(SHAPE_4X1), (4, 1, 0.78), [], []),
+    # The user's utilization (-e dgxspark_gpu_memory_utilization=0.7 planned 0.78 before) beats the preset, reported.
+    ({'dgxspark_gpu_memory_utilization': 0.7}, (4, 1, 0.7),
+     ['dgxspark_model_profile', 'dgxspark_pipeline_parallel_size', 'dgxspark_tensor_parallel_size'],
+     [{'name': 'dgxspark_gpu_memory_utilization', 'yours': 0.7, 'preset': 0.78}]),
+    # The user's own shape, 2 x 2 over the preset 4 x 1.
+    ({'dgxspark_tensor_parallel_size': 2, 'dgxspark_pipeline_parallel_size': 2}, (2, 2, 0.78),
+     ['dgxspark_gpu_memory_utilization', 'dgxspark_model_profile'],
+     [{'name': 'dgxspark_tensor_parallel_size', 'yours': 2, 'preset': 4},
+      {'name': 'dgxspark_pipeline_parallel_size', 'yours': 2, 'preset': 1}]),
+], ids=['presets-fill-the-gaps', 'equal-values', 'yours-beats-a-preset', 'your-shape-beats-the-presets'])
+def test_a_playbooks_presets_fill_what_the_inventory_leaves_and_never_replace_a_users_value(inventory, expected_shape, applied, kept):
+    groups, hostvars = four_nodes(**inventory)
+    plan = cp.build_plan(groups, hostvars, PROFILES, presets=SHAPE_4X1, presets_by='deploy-x.yml')
+    assert (plan['tensor_parallel_size'], plan['pipeline_parallel_size'], plan['gpu_memory_utilization']) == expected_shape
+    assert sorted(plan['presets']['applied']) == applied
+    assert sorted(plan['presets']['kept'], key=str) == sorted(kept, key=str)
+    table = '\n'.join(cp.render_plan_table(plan))
+    assert ('Preset by deploy-x.yml (the inventory does not set them): ' in table) == bool(applied)
+    for item in kept:
+        assert '%s=%s (preset %s)' % (item['name'], item['yours'], item['preset']) in table
+    assert ('Yours over the presets of deploy-x.yml (inventory or -e): ' in table) == bool(kept)
+
+
+def test_another_model_profile_than_the_playbook_deploys_is_refused_with_both_fixes():
+    groups, hostvars = four_nodes(dgxspark_model_profile='qwen3_5_397b_a17b_fp8')
+    problems = plan_problems(groups, hostvars, presets=SHAPE_4X1)
+    assert ('deploy-x.yml deploys the model profile %s, but the inventory (or -e) sets dgxspark_model_profile to '
+            'qwen3_5_397b_a17b_fp8: run playbooks/deploy.yml to serve qwen3_5_397b_a17b_fp8, or remove '
+            'dgxspark_model_profile to serve %s.' % (INT4, INT4)) in problems, problems
+
+
+def test_the_users_values_kept_over_presets_are_named_beside_the_problems_they_cause():
+    """Seed 001's values (TP 4 x PP 3, 0.95) under a playbook that presets 4 x 1: refused for the user's own values, and
+    the refusal says they are the user's, kept over the playbook's presets."""
+    groups, hostvars = four_nodes(dgxspark_tensor_parallel_size=4, dgxspark_pipeline_parallel_size=3,
+                                  dgxspark_gpu_memory_utilization=0.95)
+    with pytest.raises(cp.ClusterPlanError) as excinfo:
+        cp.build_plan(groups, hostvars, PROFILES, presets=SHAPE_4X1, presets_by='deploy-x.yml')
+    assert any('4 x 3 = 12 GPUs' in p for p in excinfo.value.problems), excinfo.value.problems
+    assert excinfo.value.notes == [
+        'Preset by deploy-x.yml (the inventory does not set them): dgxspark_model_profile=%s' % INT4,
+        'Yours over the presets of deploy-x.yml (inventory or -e): dgxspark_pipeline_parallel_size=3 (preset 1), '
+        'dgxspark_gpu_memory_utilization=0.95 (preset 0.78)']
+
+
+@pytest.mark.parametrize('presets, expected', [
+    ({'dgxspark_tp': 4}, 'deploy-x.yml presets dgxspark_tp, which is not a cluster variable: fix the playbook'),
+    ({'dgxspark_tensor_parallel_size': 'four'}, 'deploy-x.yml presets a wrong value: dgxspark_tensor_parallel_size'),
+], ids=['unknown-name', 'wrong-value'])
+def test_a_wrong_preset_is_refused_naming_the_playbook(presets, expected):
+    groups, hostvars = cluster()
+    problems = plan_problems(groups, hostvars, presets=presets)
+    assert any(p.startswith(expected) for p in problems), problems
 
 
 # ---------------------------------------------------------------- rejections
@@ -324,12 +389,6 @@ def test_cluster_var_must_match_on_every_node():
     hostvars['spark-delta']['dgxspark_tensor_parallel_size'] = 2
     problems = plan_problems(groups, hostvars)
     assert any('dgxspark_tensor_parallel_size must be the same on every node' in p and 'spark-delta has 2' in p for p in problems)
-
-
-def test_unknown_override_rejected():
-    groups, hostvars = cluster()
-    problems = plan_problems(groups, hostvars, overrides={'dgxspark_tp': 4})
-    assert any('overrides: dgxspark_tp is not a cluster variable' in p for p in problems)
 
 
 def test_missing_profile_variable():

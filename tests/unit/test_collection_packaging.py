@@ -117,6 +117,7 @@ def test_installed_tarball_works_outside_the_checkout(built_collection, tmp_path
     assert (install_root / "ansible_collections/dgxspark/cluster/MANIFEST.json").is_file()
     doc = run([BIN / "ansible-doc", "-t", "filter", "dgxspark.cluster.vllm_args"], cwd=tmp_path, env=env)
     assert "vllm_args" in doc.stdout
-    plan = run([BIN / "ansible-playbook", "dgxspark.cluster.plan", "-i", REPO / "inventories/4node"], cwd=tmp_path, env=env, check=False)
+    plan = run([BIN / "ansible-playbook", "dgxspark.cluster.plan", "-i", REPO / "inventories/4node",
+                "-e", "dgxspark_plan_playbook=deploy-397b.yml"], cwd=tmp_path, env=env, check=False)
     assert plan.returncode == 0, plan.stdout + plan.stderr
     assert "spark-delta" in plan.stdout and "192.168.100.13" in plan.stdout

@@ -17,7 +17,9 @@ ANSIBLE_PLAYBOOK = os.path.join(ROOT, '.venv', 'bin', 'ansible-playbook')
 pytestmark = pytest.mark.skipif(not os.path.exists(ANSIBLE_PLAYBOOK), reason='run `make setup` first (.venv/bin/ansible-playbook)')
 
 
-def run_plan(inventory, *extra):
+def run_plan(inventory, *extra, playbook=''):
+    """plan.yml on INVENTORY, with the presets of PLAYBOOK when one is named (-e dgxspark_plan_playbook)."""
+    extra = (['-e', 'dgxspark_plan_playbook=' + playbook] if playbook else []) + list(extra)
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, 'ansible.cfg'), ANSIBLE_NOCOLOR='1', ANSIBLE_FORCE_COLOR='0')
     return subprocess.run([ANSIBLE_PLAYBOOK, os.path.join('playbooks', 'plan.yml'), '-i', inventory] + list(extra),
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
@@ -62,11 +64,11 @@ def test_plan_syntax_check_and_hosts(inventory):
     assert 'hosts (1):' in hosts.stdout and 'localhost' in hosts.stdout
 
 
-def run_playbook_plan_only(playbook, inventory):
+def run_playbook_plan_only(playbook, inventory, *extra):
     """The plan play of a deploy playbook, on the controller (--tags plan; a connection of local in case any task ran)."""
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, 'ansible.cfg'), ANSIBLE_NOCOLOR='1', ANSIBLE_FORCE_COLOR='0')
     return subprocess.run([ANSIBLE_PLAYBOOK, os.path.join('playbooks', playbook), '-i', inventory, '--tags', 'plan',
-                           '-e', 'ansible_connection=local'],
+                           '-e', 'ansible_connection=local'] + list(extra),
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
 
 
@@ -75,7 +77,7 @@ def run_playbook_plan_only(playbook, inventory):
     ('deploy-001-3node.yml', 'inventories/3node', ['qwen3_5_397b_a17b_int4_autoround', 'TP 1 x PP 3 = 3 GPUs on 3 nodes']),
     ('deploy-003-vl235b.yml', 'inventories/2node', ['qwen3_vl_235b_a22b_awq', 'TP 2 x PP 1 = 2 GPUs on 2 nodes', 'Budget per node: 0.75 x',
                                                     'Patch applied at container start: cudnn_off_sitecustomize.py (sitecustomize']),
-    ('deploy-004-397b-int4.yml', 'inventories/4node', ['qwen3_5_397b_a17b_int4_autoround', 'TP 4 x PP 1 = 4 GPUs on 4 nodes',
+    ('deploy-004-397b-int4.yml', 'inventories/4node-int4', ['qwen3_5_397b_a17b_int4_autoround', 'TP 4 x PP 1 = 4 GPUs on 4 nodes',
                                                        'Budget per node: 0.78 x',
                                                        'Patch applied at container start: qwen3_5_marlin_tp_in_proj_ba.py (python']),
 ])
@@ -88,10 +90,91 @@ def test_each_seed_playbook_plans_its_shape(playbook, inventory, expected):
 
 
 def test_seed_001_as_written_is_refused_by_its_alternative_playbook_too():
-    """The alternative playbook fixes the shape; the seed's own inventory values (0.95) do not leak through."""
+    """The seed's own inventory values (TP 4 x PP 3, 0.95) are the user's: the alternative playbook's presets never
+    replace them in silence, so it refuses them, and says they are the user's, kept over its presets."""
     result = run_playbook_plan_only('deploy-001-3node.yml', 'tests/inventories/seed001')
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert 'TP 1 x PP 3 = 3 GPUs on 3 nodes' in result.stdout
+    output = ' '.join((result.stdout + result.stderr).split())
+    assert result.returncode != 0, output
+    for text in ['4 x 3 = 12 GPUs', 'dgxspark_gpu_memory_utilization is 0.95',
+                 'Yours over the presets of deploy-001-3node.yml (inventory or -e): dgxspark_tensor_parallel_size=4 (preset 1)']:
+        assert text in output, (text, output)
+
+
+SHAPE_LINES = ('dgxspark_tensor_parallel_size:', 'dgxspark_pipeline_parallel_size:', 'dgxspark_enable_expert_parallel:')
+
+
+def model_only_inventory(tmp_path):
+    """inventories/4node without its shape (TP, PP, expert parallel): it names the model and utilization only."""
+    source = os.path.join(ROOT, 'inventories', '4node')
+    target = tmp_path / 'model_only'
+    (target / 'group_vars').mkdir(parents=True)
+    shutil.copy(os.path.join(source, 'hosts.yml'), str(target / 'hosts.yml'))
+    with open(os.path.join(source, 'group_vars', 'all.yml'), encoding='utf-8') as handle:
+        kept = [line for line in handle if not line.startswith(SHAPE_LINES)]
+    (target / 'group_vars' / 'all.yml').write_text(''.join(kept), encoding='utf-8')
+    return str(target)
+
+
+PRESET_CASES = [
+    # issue 48: `-e dgxspark_gpu_memory_utilization=0.7` planned the preset 0.78 without a word
+    ('deploy-004-397b-int4.yml', 'inventories/4node-int4', ['-e', '{"dgxspark_gpu_memory_utilization": 0.7}'], 0,
+     ['Budget per node: 0.70 x', 'Yours over the presets of deploy-004-397b-int4.yml (inventory or -e): '
+      'dgxspark_gpu_memory_utilization=0.7 (preset 0.78)']),
+    # an inventory that names the model and utilization only: the playbook's shape fills the rest, and says so
+    ('deploy-397b.yml', 'MODEL_ONLY', [], 0,
+     ['TP 4 x PP 1 = 4 GPUs on 4 nodes', 'Preset by deploy-397b.yml (the inventory does not set them): '
+      'dgxspark_enable_expert_parallel=false, dgxspark_pipeline_parallel_size=1, dgxspark_tensor_parallel_size=4']),
+    # the seed 004 playbook on the FP8 inventory: another model, refused (inventories/4node-int4 is its inventory)
+    ('deploy-004-397b-int4.yml', 'inventories/4node', [], 2,
+     ['deploy-004-397b-int4.yml deploys the model profile qwen3_5_397b_a17b_int4_autoround, but the inventory (or -e) '
+      'sets dgxspark_model_profile to qwen3_5_397b_a17b_fp8']),
+    # the user's shape over the playbook's: TP 2 x PP 2 on four nodes
+    ('deploy-397b.yml', 'inventories/4node', ['-e', '{"dgxspark_tensor_parallel_size": 2, "dgxspark_pipeline_parallel_size": 2}'],
+     0, ['TP 2 x PP 2 = 4 GPUs on 4 nodes', 'dgxspark_tensor_parallel_size=2 (preset 4)']),
+    # a playbook never serves another model than its own
+    ('deploy-397b.yml', 'inventories/2node', [], 2,
+     ['deploy-397b.yml deploys the model profile qwen3_5_397b_a17b_fp8, but the inventory (or -e) sets '
+      'dgxspark_model_profile to qwen3_vl_235b_a22b_awq: run playbooks/deploy.yml']),
+]
+
+
+@pytest.mark.parametrize('playbook, inventory, extra, rc, expected', PRESET_CASES,
+                         ids=['yours-beats-the-preset', 'presets-shown', 'another-model-refused-int4', 'your-shape',
+                              'another-model-refused'])
+def test_a_seed_playbooks_presets_never_replace_a_users_value_in_silence(playbook, inventory, extra, rc, expected, tmp_path):
+    result = run_playbook_plan_only(playbook, model_only_inventory(tmp_path) if inventory == 'MODEL_ONLY' else inventory, *extra)
+    output = ' '.join((result.stdout + result.stderr).split())  # the callback folds long lines
+    assert result.returncode == rc, output
+    for text in expected:
+        assert text in output, (text, output)
+
+
+def plan_table(output):
+    """The plan table of a run's output, from "Inventory:" up to the next task, whitespace folded."""
+    text = ' '.join(output.split())
+    start = text.index("Inventory: ")
+    return text[start:text.index("TASK [", start)]
+
+
+@pytest.mark.parametrize('playbook, inventory, preset', [
+    ('deploy-397b.yml', 'MODEL_ONLY', 'Preset by deploy-397b.yml'),
+    ('deploy-004-397b-int4.yml', 'inventories/4node-int4', ''),
+])
+def test_plan_yml_for_a_playbook_prints_what_that_playbook_plans(playbook, inventory, preset, tmp_path):
+    inventory = model_only_inventory(tmp_path) if inventory == 'MODEL_ONLY' else inventory
+    by_plan = run_plan(inventory, playbook=playbook)
+    by_playbook = run_playbook_plan_only(playbook, inventory)
+    assert by_plan.returncode == 0 and by_playbook.returncode == 0, by_plan.stdout + by_playbook.stdout
+    assert preset in plan_table(by_plan.stdout)
+    assert plan_table(by_plan.stdout) == plan_table(by_playbook.stdout)
+
+
+def test_a_plan_without_a_model_names_the_playbook_way():
+    result = run_plan('inventories/4node', '-e', '{"dgxspark_model_profile": null}')
+    output = ' '.join((result.stdout + result.stderr).split())
+    assert result.returncode != 0, output
+    assert 'dgxspark_model_profile is not set' in output, output
+    assert 'playbooks/plan.yml -e dgxspark_plan_playbook=deploy-397b.yml' in output, output
 
 
 def test_plan_refuses_misspelled_variables_with_the_closest_name():
@@ -108,12 +191,12 @@ def test_plan_refuses_misspelled_variables_with_the_closest_name():
 
 def test_plan_refuses_remote_code_from_a_branch():
     """Seed 001's profile runs its repository's Python (trust_remote_code): never from main."""
-    result = run_plan('inventories/4node', '-e', 'dgxspark_model_profile=qwen3_5_379b_nvfp4')
+    result = run_plan('inventories/4node', '-e', 'dgxspark_model_profile=qwen3_5_379b_nvfp4', playbook='')
     output = result.stdout + result.stderr
     assert result.returncode != 0, output
     assert "dgxspark_model_revision is 'main', but profile qwen3_5_379b_nvfp4 sets trust_remote_code" in output, output
     accepted = run_plan('inventories/4node', '-e', 'dgxspark_model_profile=qwen3_5_379b_nvfp4',
-                        '-e', 'dgxspark_model_revision=' + '0' * 40)
+                        '-e', 'dgxspark_model_revision=' + '0' * 40, playbook='')
     assert accepted.returncode == 0, accepted.stdout + accepted.stderr
     assert 'Model revision: ' + '0' * 40 in accepted.stdout
 
@@ -183,14 +266,16 @@ def user_profile(tmp_path, **changes):
 
 def test_plan_playbook_takes_a_user_profile_directory(tmp_path):
     directory = user_profile(tmp_path, hf_repo='example/my-model', description='a user profile')
-    result = run_plan('inventories/4node', '-e', '{"dgxspark_profiles_dir": "%s", "dgxspark_model_profile": "my_model"}' % directory)
+    result = run_plan('inventories/4node', '-e', '{"dgxspark_profiles_dir": "%s", "dgxspark_model_profile": "my_model"}' % directory,
+                      playbook='')
     assert result.returncode == 0, result.stdout + result.stderr
     assert 'Cluster plan: my_model (example/my-model), 4 nodes' in result.stdout
 
 
 def test_a_bad_user_profile_lists_every_problem_at_once(tmp_path):
     directory = user_profile(tmp_path, head_dim='128', num_hidden_layers=None, num_key_value_head=2)
-    result = run_plan('inventories/4node', '-e', '{"dgxspark_profiles_dir": "%s", "dgxspark_model_profile": "my_model"}' % directory)
+    result = run_plan('inventories/4node', '-e', '{"dgxspark_profiles_dir": "%s", "dgxspark_model_profile": "my_model"}' % directory,
+                      playbook='')
     output = result.stdout + result.stderr
     assert result.returncode != 0
     for text in ('model profile my_model: field num_hidden_layers is missing (an integer)',
@@ -277,3 +362,21 @@ def test_plan_refuses_secrets_left_in_the_directory_shared_by_the_inventorys_nam
     # An inventory that names its secrets directory is not asked.
     os.rename(own, str(shared))
     assert run_plan('inventories/4node', '-e', 'dgxspark_secrets_dir=%s' % shared).returncode == 0
+
+
+def test_profiles_kept_with_the_inventory_as_docs_profiles_md_says(tmp_path):
+    """docs/profiles.md: `dgxspark_profiles_dir: "{{ inventory_dir }}/profiles"` failed ('inventory_dir' is undefined on the
+    controller's localhost), and the folder as -i warned about every profile key."""
+    inventory = tmp_path / 'mine'
+    (inventory / 'group_vars').mkdir(parents=True)
+    (inventory / 'profiles').mkdir()
+    shutil.copy(os.path.join(ROOT, 'inventories', '4node', 'hosts.yml'), str(inventory / 'hosts.yml'))
+    shutil.copy(os.path.join(ROOT, 'profiles', 'models', 'qwen3_5_397b_a17b_fp8.yml'), str(inventory / 'profiles' / 'my_model.yml'))
+    with open(os.path.join(ROOT, 'inventories', '4node', 'group_vars', 'all.yml'), encoding='utf-8') as handle:
+        lines = [line for line in handle if not line.startswith('dgxspark_model_profile:')]
+    lines += ['dgxspark_model_profile: my_model\n', 'dgxspark_profiles_dir: "{{ inventory_dir }}/profiles"\n']
+    (inventory / 'group_vars' / 'all.yml').write_text(''.join(lines), encoding='utf-8')
+    result = run_plan(str(inventory / 'hosts.yml'))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert 'Cluster plan: my_model (Qwen/Qwen3.5-397B-A17B-FP8), 4 nodes' in result.stdout, result.stdout
+    assert '[WARNING]' not in result.stdout + result.stderr, result.stdout + result.stderr

@@ -80,6 +80,41 @@ def test_a_secret_in_an_extra_map_is_refused_with_the_supported_way(variable, ke
     assert 'hunter2' not in problem
 
 
+# issue 48: {gpu_memory_utilization: 0.95, tensor_parallel_size: 2, max_model_len: 1000000} planned cleanly while the plan
+# table showed 0.85, TP 8 and 262144
+@pytest.mark.parametrize('variable, key, instead', [
+    ('vllm_container_extra_args', 'gpu_memory_utilization', 'dgxspark_gpu_memory_utilization'),
+    ('vllm_container_extra_args', 'tensor-parallel-size', 'dgxspark_tensor_parallel_size'),
+    ('vllm_container_extra_args', '--max-model-len', 'dgxspark_max_model_len'),
+    ('vllm_container_extra_args', 'pipeline_parallel_size', 'dgxspark_pipeline_parallel_size'),
+    ('vllm_container_extra_args', 'port', 'vllm_container_port'),
+    ('vllm_container_extra_args', 'served-model-name', 'vllm_container_served_model_name'),
+    ('vllm_container_extra_args', 'model', 'vllm_container_model'),
+    ('vllm_container_site_args', 'kv_cache_dtype', 'dgxspark_kv_cache_dtype'),
+    ('dgxspark_vllm_site_args', 'enable_expert_parallel', 'dgxspark_enable_expert_parallel'),
+    ('dgxspark_vllm_site_args', 'revision', 'dgxspark_model_revision'),
+])
+def test_an_extra_option_that_the_plan_decides_is_refused_with_the_variable_to_use(variable, key, instead):
+    [problem] = ri.planned_option_problems(everywhere(**{variable: {key: 2}}))
+    assert problem == ('%s sets %s, which the plan decides: it would run while the plan table shows the planned value; '
+                       'remove it and set %s instead (set on every node)' % (variable, key, instead))
+
+
+def test_the_extras_that_undo_the_plan_are_named_together_once_for_every_node():
+    problems = ri.planned_option_problems(everywhere(vllm_container_extra_args={
+        'gpu_memory_utilization': 0.95, 'tensor_parallel_size': 2, 'max_model_len': 1000000, 'max_num_seqs': 8}))
+    assert [p.split(' sets ')[1].split(',')[0] for p in problems] == ['gpu_memory_utilization', 'max_model_len',
+                                                                     'tensor_parallel_size']
+
+
+@pytest.mark.parametrize('options', [
+    {'max_num_seqs': 8, 'enforce_eager': True, 'limit_mm_per_prompt.video': 0, 'quantization': None},
+    {'kv_cache_memory_bytes': '256M', 'compilation_config': '{"mode": 2}', 'middleware': ['x.Y']},
+])
+def test_options_the_plan_leaves_to_the_profile_and_the_site_pass(options):
+    assert ri.planned_option_problems(everywhere(vllm_container_extra_args=options, dgxspark_vllm_site_args=options)) == []
+
+
 @pytest.mark.parametrize('values', [
     {'vllm_container_extra_args': {'max_num_seqs': 8, 'api_server_count': 2}},
     {'vllm_container_extra_env': {'VLLM_API_KEY_FILE': '/run/key', 'HF_HOME': '/models'}},  # paths, not secrets
@@ -303,3 +338,30 @@ def test_an_owned_option_on_one_node_names_that_node():
     assert problems == ['vllm_container_extra_args sets master_port, which dgxspark_executor_backend (ray) sets for every '
                         'rank: remove it (the backend is chosen with dgxspark_executor_backend, its port with '
                         'dgxspark_mp_master_port) (set on spark-b)']
+
+
+@pytest.mark.parametrize('head_values, expected', [
+    ({}, {'host': 'spark-alpha', 'port': 8000, 'url': 'http://spark-alpha:8000/v1', 'served_model_name': 'Qwen/Q',
+          'api_key_file': '/keys/vllm_api_key'}),
+    ({'ansible_host': '10.20.0.11', 'vllm_container_port': 8443, 'vllm_container_served_model_name': 'qwen'},
+     {'host': '10.20.0.11', 'port': 8443, 'url': 'http://10.20.0.11:8443/v1', 'served_model_name': 'qwen',
+      'api_key_file': '/keys/vllm_api_key'}),
+    ({'vllm_container_api_key': 'vaulted'}, {'host': 'spark-alpha', 'port': 8000, 'url': 'http://spark-alpha:8000/v1',
+                                             'served_model_name': 'Qwen/Q', 'api_key_file': None}),
+], ids=['defaults', 'management-address-and-port', 'key-from-the-inventory'])
+def test_the_api_endpoint_is_the_heads_address_and_port(head_values, expected):
+    assert ri.api_endpoint('spark-alpha', head_values, 'Qwen/Q', 8000, '/keys') == expected
+
+
+@pytest.mark.parametrize('head_values, warned', [
+    ({}, True),
+    ({'dgxspark_api_allowed_cidrs': []}, True),
+    ({'dgxspark_api_allowed_cidrs': ['10.20.0.0/24']}, False),
+    ({'dgxspark_api_allowed_cidrs': [], 'node_firewall_api_allowed_cidrs': ['10.20.0.0/24']}, False),
+    ({'dgxspark_api_allowed_cidrs': ['10.20.0.0/24'], 'node_firewall_api_allowed_cidrs': []}, True),
+], ids=['unset', 'empty', 'a-client-network', 'the-role-variable-wins', 'the-role-variable-empties-it'])
+def test_the_plan_warns_when_no_client_network_reaches_the_api(head_values, warned):
+    warnings = ri.api_reach_warnings({'spark-alpha': head_values, 'spark-beta': {}}, 'spark-alpha')
+    assert bool(warnings) == warned
+    assert all(w.startswith('dgxspark_api_allowed_cidrs is empty: only the nodes and the rails reach the vLLM API')
+               for w in warnings)

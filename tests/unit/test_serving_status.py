@@ -87,6 +87,35 @@ def test_healthy_cluster_table():
                                  'vllm_health': '-', 'served_model': '-', 'uptime': '2h03m'}
 
 
+API = {'host': '10.20.0.11', 'port': 8000, 'url': 'http://10.20.0.11:8000/v1', 'served_model_name': 'qwen3',
+       'api_key_file': '/root/.config/dgxspark/mine-0123456789ab/vllm_api_key'}
+
+
+@pytest.mark.parametrize('api, key', [
+    (API, '$(cat /root/.config/dgxspark/mine-0123456789ab/vllm_api_key)'),
+    (dict(API, api_key_file=None), '<vllm_container_api_key>'),  # the inventory gives the key: no file on the controller
+])
+def test_a_healthy_cluster_says_where_it_serves_and_how_to_call_it(api, key):
+    """issue 48: a deploy with nothing to do printed no endpoint and no curl line, only the status table."""
+    arguments = healthy()
+    arguments['plan'] = dict(plan(), api=api)
+    status = build_serving_status(**arguments)
+    assert status['call'] == [
+        'Endpoint: http://10.20.0.11:8000/v1 serving qwen3',
+        '  curl -s http://10.20.0.11:8000/v1/chat/completions -H "Authorization: Bearer %s" '
+        "-H 'Content-Type: application/json' \\" % key,
+        '    -d \'{"model": "qwen3", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 64}\'',
+    ]
+
+
+def test_an_unhealthy_cluster_gives_no_call_line():
+    arguments = healthy()
+    arguments['plan'] = dict(plan(), api=API)
+    arguments['vllm'] = vllm_probe(health={'status': 503, 'error': None})
+    status = build_serving_status(**arguments)
+    assert status['ok'] is False and status['call'] == []
+
+
 def _change(case):
     inputs = healthy()
     case(inputs)
