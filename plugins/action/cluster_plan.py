@@ -229,13 +229,16 @@ class ActionModule(ActionBase):
                              'playbooks/plan.yml -e dgxspark_plan_playbook=deploy-397b.yml (or that playbook with --tags plan).']
         result['changed'] = False
         if problems:
+            # Ansible prints the message twice (its [ERROR] line, then the result): the message is one line, and the
+            # problems are printed once, as one text block.
             result['failed'] = True
-            result['problems'] = problems
-            result['msg'] = 'The cluster plan is invalid (%d problem%s) for the inventory %s:\n%s' % (
-                len(problems), '' if len(problems) == 1 else 's', inventory_sources(task_vars),
-                '\n'.join('- %s' % p for p in problems)) + ''.join('\n%s' % note for note in notes)
+            result['msg'] = 'The cluster plan is invalid (%d problem%s) for the inventory %s: see the problems below.' % (
+                len(problems), '' if len(problems) == 1 else 's', inventory_sources(task_vars))
+            # Ending in a line break keeps it a block of lines in the output, one problem a line, never folded.
+            result['problems'] = ''.join('%s\n' % line for line in ['- %s' % p for p in problems] + notes)
             return result
         head = plan['head']
+        plan['serving'] = role_inputs.serving_names(role_values.get(head, {}), specs, plan)
         plan['api'] = role_inputs.api_endpoint(head, role_values.get(head, {}), plan['hf_repo'],
                                                port_defaults(specs)[1]['vllm_container_port'], self._key_dir(hostvars, head))
         plan['warnings'] = role_inputs.input_warnings(

@@ -130,6 +130,7 @@ SHARED_VARIABLES = (
 RUN_VARIABLES = (
     {'name': 'dgxspark_plan_presets', 'description': "Values a playbook sets where the inventory does not (the seed playbooks' model and shape)."},
     {'name': 'dgxspark_plan_presets_by', 'description': 'The playbook that sets dgxspark_plan_presets, as the plan names it.'},
+    {'name': 'dgxspark_plan_show', 'description': 'Print the plan table (default true; status.yml and benchmark.yml do not).'},
     {'name': 'dgxspark_plan_playbook', 'description': "plan.yml plans with this playbook's presets (-e dgxspark_plan_playbook=deploy-397b.yml)."},
     {'name': 'dgxspark_phase_force', 'description': 'Run every phase, even those that converged before (-e dgxspark_phase_force=true).'},
     {'name': 'dgxspark_release_rollback', 'description': 'Put the last proven release back when a new one fails (default true).'},
@@ -168,6 +169,30 @@ def get_variable(name):
     """The definition of one variable (a copy), or None."""
     spec = _BY_NAME.get(name)
     return copy.deepcopy(spec) if spec is not None else None
+
+
+def type_word(value):
+    """The YAML name of a value's type, as a user wrote it (never Ansible's internal classes such as
+    _AnsibleTaggedStr, which wrap every inventory value)."""
+    for kind, word in ((bool, 'boolean'), (str, 'string'), (int, 'integer'), (float, 'number'), (dict, 'mapping'),
+                       (list, 'list'), (tuple, 'list')):
+        if isinstance(value, kind):
+            return word
+    return 'null' if value is None else 'value'
+
+
+def plain(value):
+    """A value as plain Python types, deeply (Ansible's tagged wrappers dropped), for messages and checks."""
+    if isinstance(value, bool) or value is None:
+        return value
+    for kind in (str, int, float):
+        if isinstance(value, kind):
+            return kind(value)
+    if isinstance(value, dict):
+        return dict((plain(k), plain(v)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value
 
 
 def _type_ok(value, type_name):
@@ -223,7 +248,7 @@ def check_value(where, spec, value):
         if isinstance(value, str) and type_name in ('int', 'float', 'bool'):
             hint = (' (a quoted value is a string: write it unquoted in YAML, or pass it as JSON, '
                     'e.g. -e \'{"%s": ...}\')' % spec['name'])
-        return None, ['%s must be %s, got %s %r%s.' % (where, _TYPE_WORDS[type_name], type(value).__name__, value, hint)]
+        return None, ['%s must be %s, got the %s %r%s.' % (where, _TYPE_WORDS[type_name], type_word(value), plain(value), hint)]
     value = _plain(value, type_name)
     return value, _range_problems(where, spec, value)
 

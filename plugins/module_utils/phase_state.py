@@ -29,9 +29,9 @@ STAMP_VERSION = 1
 # variables that choose and size the model. A phase whose roles read none of them (network, os, firewall: the rails,
 # the OS, the ports) leaves them out of its inputs, so that another model, context length or Hugging Face token does
 # not run it again. tests/unit/test_phase_state.py checks that those roles read none of them.
-MODEL_PLAN_KEYS = ('assumptions', 'decode', 'enable_expert_parallel', 'gpu_memory_utilization', 'gpus', 'hf_repo',
+MODEL_PLAN_KEYS = ('api', 'assumptions', 'decode', 'enable_expert_parallel', 'gpu_memory_utilization', 'gpus', 'hf_repo',
                    'kv_cache', 'kv_cache_dtype', 'max_model_len', 'memory', 'model_profile', 'model_revision', 'patches',
-                   'pipeline_parallel_size', 'tensor_parallel_size', 'variables', 'vllm_options', 'warnings',
+                   'pipeline_parallel_size', 'presets', 'tensor_parallel_size', 'variables', 'vllm_options', 'warnings',
                    'world_size')
 MODEL_VARIABLES = ('dgxspark_allow_expert_parallel_with_fp8_moe', 'dgxspark_allow_gpu_memory_utilization_above_ceiling',
                    'dgxspark_distribute_image', 'dgxspark_distribute_model', 'dgxspark_enable_expert_parallel',

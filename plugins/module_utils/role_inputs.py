@@ -23,6 +23,8 @@ import re
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
+from ansible_collections.dgxspark.cluster.plugins.module_utils.inventory_schema import plain, type_word
+
 try:
     import yaml
 except ImportError:  # only role_specs reads YAML; it runs on the controller, which has PyYAML with Ansible
@@ -161,12 +163,34 @@ def spec_problems(values_by_host, specs):
             if name not in options:
                 continue
             role, spec = options[name]
-            result = ArgumentSpecValidator({name: _as_given(spec)}).validate({name: values[name]})
+            value = plain(values[name])
+            result = ArgumentSpecValidator({name: _as_given(spec)}).validate({name: value})
             for message in result.error_messages:
                 text = '%s: %s; see the role %s (roles/%s/meta/argument_specs.yml) for what it takes' % (
-                    name, message, role, role)
+                    name, _readable(name, message, spec, value), role, role)
                 found.setdefault(text, set()).add(host)
     return _merge(found, values_by_host)
+
+
+# ArgumentSpecValidator's type error ("argument 'x' is of type <class 'list'> and we were unable to convert to dict:
+# <class '...'> cannot be converted to a dict"): said in the inventory's words instead.
+_CONVERT_ERROR = re.compile(r"^argument '[^']+' is of type .* and we were unable to convert to (\w+)")
+_SPEC_TYPE_WORDS = {'dict': 'a mapping', 'list': 'a list', 'int': 'an integer', 'float': 'a number', 'bool': 'a boolean',
+                    'str': 'a string', 'path': 'a path', 'raw': 'a value'}
+
+
+def _readable(name, message, spec, value):
+    """A spec validator message without Python's or Ansible's class names."""
+    match = _CONVERT_ERROR.match(message)
+    if not match:
+        return message
+    wanted = match.group(1)
+    # A map of options or environment, or a key or token, may carry a secret: its value is never repeated.
+    sensitive = name in OPTION_MAPS + ENVIRONMENT_MAPS or re.search(r'(key|token|password|secret)', name)
+    shown = '' if sensitive else ' %r' % (value,)
+    if spec.get('type') == 'list' and spec.get('elements') and wanted != 'list':
+        return 'every item must be %s, got the %s%s' % (_SPEC_TYPE_WORDS.get(wanted, wanted), type_word(value), shown)
+    return 'must be %s, got the %s%s' % (_SPEC_TYPE_WORDS.get(wanted, wanted), type_word(value), shown)
 
 
 def _number(value):
@@ -218,6 +242,14 @@ def secret_problems(values_by_host):
     """A secret given through an extra-args or extra-env map, refused with the supported way."""
     found = {}
     for host, values in values_by_host.items():
+        for variable in OPTION_MAPS + ENVIRONMENT_MAPS:
+            # A map given as a string is refused by its type check; a secret in it is refused too, never hidden by it.
+            given = values.get(variable)
+            if isinstance(given, str) and re.search(r'api[-_]key|hf[-_]token|_TOKEN\b|VLLM_API_KEY', given, re.I):
+                text = ('%s is a string that names a secret: give secrets only as the vaulted variables (%s, %s), '
+                        'never in an options or environment map' % (variable, SECRET_OPTIONS['api_key'].split(' ')[0],
+                                                                    'vllm_container_hf_token'))
+                found.setdefault(text, set()).add(host)
         for variable in OPTION_MAPS:
             for key in (values.get(variable) or {}) if isinstance(values.get(variable), dict) else {}:
                 if _option_key(key) in SECRET_OPTIONS:
@@ -460,10 +492,42 @@ def interface_name_problem(where, name):
             'as `ip link` shows it' % (where, name))
 
 
+def serving_names(head_values, specs, plan):
+    """What the roles agree on about the serving containers, as the inventory (the head's values) or the serving roles'
+    argument specs set it: the containers' names, the API port, Ray's ports, and which containers make a node's
+    release under the plan's backend (Ray: Ray's on every node and the engine's on the head; mp: vLLM's on every node).
+    Every role and playbook reads these from the plan instead of another role's variables."""
+    options = dict((name, spec) for role in specs.values() for name, spec in role.items())
+
+    def value(name):
+        return plain(head_values[name]) if name in head_values else (options.get(name) or {}).get('default')
+
+    engine, rank = value('vllm_container_name'), value('ray_cluster_container_name')
+    ray_ports = dict((options.get('ray_cluster_ports') or {}).get('default') or {})
+    if isinstance(head_values.get('ray_cluster_ports'), dict):
+        ray_ports.update(plain(head_values['ray_cluster_ports']))
+    mp = plan['executor_backend'] == 'mp'
+    return {
+        'engine_container': engine,
+        'ray_container': rank,
+        # the container every node runs: its vLLM rank with mp, Ray's otherwise
+        'node_container': engine if mp else rank,
+        'api_port': _port(value('vllm_container_port')),
+        'ray_ports': ray_ports,
+        # the engine's readiness deadlines (the supervisor's grace after a start), the monitoring's ports (the firewall's)
+        'ready_timeout': value('vllm_container_ready_timeout'),
+        'stall_timeout': value('vllm_container_stall_timeout'),
+        'prometheus_port': _port(value('monitoring_prometheus_port')),
+        'node_exporter_port': _port(value('monitoring_node_exporter_port')),
+        'release_containers': dict((node['host'], [engine] if mp else [rank] + ([engine] if node['host'] == plan['head'] else []))
+                                   for node in plan['nodes']),
+    }
+
+
 def api_endpoint(head, head_values, hf_repo, port_default, key_dir):
     """Where clients call the API and how (the deploy and status.yml print it): the head's address (ansible_host, else
-    its name), the port, the served name, and the file the controller keeps the generated key in (None when the
-    inventory gives the key itself, vllm_container_api_key)."""
+    its name), the port, the served name, and the file the controller keeps the generated key in, unless the inventory
+    gives the key itself (vllm_container_api_key)."""
     address = head_values.get('ansible_host') or head
     port = head_values.get('vllm_container_port', port_default)
     return {
@@ -471,7 +535,9 @@ def api_endpoint(head, head_values, hf_repo, port_default, key_dir):
         'port': _port(port) if _port(port) is not None else port,
         'url': 'http://%s:%s/v1' % (address, port),
         'served_model_name': str(head_values.get('vllm_container_served_model_name') or hf_repo),
-        'api_key_file': None if head_values.get('vllm_container_api_key') else os.path.join(str(key_dir), 'vllm_api_key'),
+        # the generated key's file on the controller; unused when the inventory gives the key (vllm_container_api_key)
+        'api_key_file': os.path.join(str(key_dir), 'vllm_api_key'),
+        'api_key_given': bool(head_values.get('vllm_container_api_key')),
     }
 
 

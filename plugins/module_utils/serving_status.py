@@ -372,7 +372,7 @@ def call_lines(api):
     do, or status.yml, says where the model is served and how to call it, as the first deploy did."""
     if not api:
         return []
-    key = ('$(cat %s)' % api['api_key_file']) if api.get('api_key_file') else '<vllm_container_api_key>'
+    key = '<vllm_container_api_key>' if api.get('api_key_given') else '$(cat %s)' % api['api_key_file']
     return [
         'Endpoint: %s serving %s' % (api['url'], api['served_model_name']),
         '  curl -s %s/chat/completions -H "Authorization: Bearer %s" -H \'Content-Type: application/json\' \\' % (api['url'], key),

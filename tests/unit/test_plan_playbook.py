@@ -297,7 +297,7 @@ def test_plan_refuses_bad_role_variables_all_at_once():
                  'vllm_container_extra_args sets api-key, a secret', 'ray_cluster_extra_env sets RAY_AUTH_TOKEN, a secret',
                  'port 6379 is given to ray_cluster_ports.gcs and fabric_check_nccl_port (the NCCL test\'s rendezvous)',
                  'dgxspark_api_allowed_cidrs has 10.1.2.3, a single address',
-                 "vllm_container_ready_timeout: argument 'vllm_container_ready_timeout' is of type str",
+                 "vllm_container_ready_timeout: must be an integer, got the string 'soon'",
                  "dgxspark_rails[0] (rail1).interface is 'enp1s0f1np1; reboot', not a Linux interface name"]:
         assert text in output, (text, output)
     assert 'sk-not-real' not in output and 'tok-not-real' not in output
@@ -380,3 +380,18 @@ def test_profiles_kept_with_the_inventory_as_docs_profiles_md_says(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     assert 'Cluster plan: my_model (Qwen/Qwen3.5-397B-A17B-FP8), 4 nodes' in result.stdout, result.stdout
     assert '[WARNING]' not in result.stdout + result.stderr, result.stdout + result.stderr
+
+
+def test_a_refusal_prints_each_problem_once_in_the_inventorys_words():
+    """issue 48: every refusal printed three times ([ERROR], msg, problems) with Ansible's type names
+    ("got _AnsibleTaggedStr '8'", "_AnsibleTaggedList cannot be converted to a dict")."""
+    result = run_plan('inventories/4node', '-e', 'dgxspark_tensor_parallel_size=8', '-e', 'vllm_container_port=abc',
+                      '-e', '{"vllm_container_extra_args": [1]}')
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    for text in ["dgxspark_tensor_parallel_size must be an integer, got the string '8'",
+                 "vllm_container_port: must be an integer, got the string 'abc'",
+                 'vllm_container_extra_args: must be a mapping, got the list;']:
+        assert output.count(text) == 1, (text, output)
+    for internal in ('_AnsibleTagged', '<class ', 'we were unable to convert'):
+        assert internal not in output, (internal, output)

@@ -36,15 +36,14 @@ def test_specs_are_read_from_every_role_with_its_defaults():
 @pytest.mark.parametrize('values, expected', [
     ({'vllm_container_port': 8001, 'ray_cluster_restart_policy': 'always'}, []),
     ({'vllm_container_port': '8001'}, []),  # a string of digits converts, as the role's own check takes it
-    ({'vllm_container_port': 'eight'}, ["vllm_container_port: argument 'vllm_container_port' is of type str and we were "
-                                        "unable to convert to int"]),
+    ({'vllm_container_port': 'eight'}, ["vllm_container_port: must be an integer, got the string 'eight'"]),
     ({'ray_cluster_restart_policy': 'never'}, ['value of ray_cluster_restart_policy must be one of: no, always, unless-stopped, '
                                                'on-failure, got: never; see the role ray_cluster']),
-    ({'vllm_container_extra_args': ['--max-num-seqs', '8']}, ['vllm_container_extra_args: argument '
-                                                              "'vllm_container_extra_args' is of type list"]),
+    # a map of options may carry a secret: its value is not repeated
+    ({'vllm_container_extra_args': ['--max-num-seqs', '8']}, ['vllm_container_extra_args: must be a mapping, got the list;']),
     ({'distribute_ssh_port': 'x22', 'os_hardening_swappiness': 'low'},
-     ["distribute_ssh_port: argument 'distribute_ssh_port' is of type str", 'roles/distribute/meta/argument_specs.yml',
-      "os_hardening_swappiness: argument 'os_hardening_swappiness' is of type str"]),
+     ["distribute_ssh_port: must be an integer, got the string 'x22'", 'roles/distribute/meta/argument_specs.yml',
+      "os_hardening_swappiness: must be an integer, got the string 'low'"]),
     ({'some_other_thing': 'x'}, []),  # not a role's: the misspelling check names it
 ])
 def test_role_variables_are_checked_against_their_role_s_spec(values, expected):
@@ -342,12 +341,13 @@ def test_an_owned_option_on_one_node_names_that_node():
 
 @pytest.mark.parametrize('head_values, expected', [
     ({}, {'host': 'spark-alpha', 'port': 8000, 'url': 'http://spark-alpha:8000/v1', 'served_model_name': 'Qwen/Q',
-          'api_key_file': '/keys/vllm_api_key'}),
+          'api_key_file': '/keys/vllm_api_key', 'api_key_given': False}),
     ({'ansible_host': '10.20.0.11', 'vllm_container_port': 8443, 'vllm_container_served_model_name': 'qwen'},
      {'host': '10.20.0.11', 'port': 8443, 'url': 'http://10.20.0.11:8443/v1', 'served_model_name': 'qwen',
-      'api_key_file': '/keys/vllm_api_key'}),
+      'api_key_file': '/keys/vllm_api_key', 'api_key_given': False}),
     ({'vllm_container_api_key': 'vaulted'}, {'host': 'spark-alpha', 'port': 8000, 'url': 'http://spark-alpha:8000/v1',
-                                             'served_model_name': 'Qwen/Q', 'api_key_file': None}),
+                                             'served_model_name': 'Qwen/Q', 'api_key_file': '/keys/vllm_api_key',
+                                             'api_key_given': True}),
 ], ids=['defaults', 'management-address-and-port', 'key-from-the-inventory'])
 def test_the_api_endpoint_is_the_heads_address_and_port(head_values, expected):
     assert ri.api_endpoint('spark-alpha', head_values, 'Qwen/Q', 8000, '/keys') == expected
@@ -365,3 +365,29 @@ def test_the_plan_warns_when_no_client_network_reaches_the_api(head_values, warn
     assert bool(warnings) == warned
     assert all(w.startswith('dgxspark_api_allowed_cidrs is empty: only the nodes and the rails reach the vLLM API')
                for w in warnings)
+
+
+@pytest.mark.parametrize('variable, value, expected', [
+    ('vllm_container_extra_args', [1], "vllm_container_extra_args: must be a mapping, got the list;"),
+    ('vllm_container_port', 'abc', "vllm_container_port: must be an integer, got the string 'abc'"),
+    ('vllm_container_extra_env', 'x', "vllm_container_extra_env: must be a mapping, got the string;"),
+])
+def test_a_wrong_type_is_said_in_the_inventorys_words(variable, value, expected):
+    [problem] = ri.spec_problems(everywhere(**{variable: value}), SPECS)
+    assert problem.startswith(expected), problem
+    assert '<class' not in problem and 'unable to convert' not in problem
+
+
+@pytest.mark.parametrize('variable, given', [
+    ('vllm_container_extra_args', '--api-key sk-live-1234'),
+    ('vllm_container_extra_env', 'HF_TOKEN=hf_abcd'),
+])
+def test_a_map_given_as_a_string_with_a_secret_is_refused_as_a_secret_and_never_repeated(variable, given):
+    """issue 48: a failed type check hid the --api-key secret check behind it; the value must not be echoed either."""
+    values = everywhere(**{variable: given})
+    problems = ri.spec_problems(values, SPECS) + ri.secret_problems(values)
+    assert any(p.startswith('%s is a string that names a secret' % variable) for p in problems), problems
+    # (key=value text converts to a mapping, as Ansible's own check takes it: then the secret check alone speaks)
+    assert variable.endswith('_env') or any(p.startswith('%s: must be a mapping, got the string;' % variable)
+                                            for p in problems), problems
+    assert not [p for p in problems if given.split()[-1].split('=')[-1] in p], problems

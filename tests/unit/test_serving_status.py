@@ -88,12 +88,12 @@ def test_healthy_cluster_table():
 
 
 API = {'host': '10.20.0.11', 'port': 8000, 'url': 'http://10.20.0.11:8000/v1', 'served_model_name': 'qwen3',
-       'api_key_file': '/root/.config/dgxspark/mine-0123456789ab/vllm_api_key'}
+       'api_key_file': '/root/.config/dgxspark/mine-0123456789ab/vllm_api_key', 'api_key_given': False}
 
 
 @pytest.mark.parametrize('api, key', [
     (API, '$(cat /root/.config/dgxspark/mine-0123456789ab/vllm_api_key)'),
-    (dict(API, api_key_file=None), '<vllm_container_api_key>'),  # the inventory gives the key: no file on the controller
+    (dict(API, api_key_given=True), '<vllm_container_api_key>'),  # the inventory gives the key: no file on the controller
 ])
 def test_a_healthy_cluster_says_where_it_serves_and_how_to_call_it(api, key):
     """issue 48: a deploy with nothing to do printed no endpoint and no curl line, only the status table."""
