@@ -247,8 +247,7 @@ def secret_problems(values_by_host):
             given = values.get(variable)
             if isinstance(given, str) and re.search(r'api[-_]key|hf[-_]token|_TOKEN\b|VLLM_API_KEY', given, re.I):
                 text = ('%s is a string that names a secret: give secrets only as the vaulted variables (%s, %s), '
-                        'never in an options or environment map' % (variable, SECRET_OPTIONS['api_key'].split(' ')[0],
-                                                                    'vllm_container_hf_token'))
+                        'never in an options or environment map' % (variable, 'vllm_container_api_key', 'vllm_container_hf_token'))
                 found.setdefault(text, set()).add(host)
         for variable in OPTION_MAPS:
             for key in (values.get(variable) or {}) if isinstance(values.get(variable), dict) else {}:

@@ -75,11 +75,12 @@ def run_playbook_plan_only(playbook, inventory, *extra):
 @pytest.mark.parametrize('playbook, inventory, expected', [
     ('deploy-397b.yml', 'inventories/4node', ['qwen3_5_397b_a17b_fp8', 'TP 4 x PP 1 = 4 GPUs on 4 nodes', 'Budget per node: 0.85 x']),
     ('deploy-397b-int4-3node.yml', 'inventories/3node', ['qwen3_5_397b_a17b_int4_autoround', 'TP 1 x PP 3 = 3 GPUs on 3 nodes']),
-    ('deploy-vl235b-2node.yml', 'inventories/2node', ['qwen3_vl_235b_a22b_awq', 'TP 2 x PP 1 = 2 GPUs on 2 nodes', 'Budget per node: 0.75 x',
-                                                    'Patch applied at container start: cudnn_off_sitecustomize.py (sitecustomize']),
-    ('deploy-397b-int4.yml', 'inventories/4node-int4', ['qwen3_5_397b_a17b_int4_autoround', 'TP 4 x PP 1 = 4 GPUs on 4 nodes',
-                                                       'Budget per node: 0.78 x',
-                                                       'Patch applied at container start: qwen3_5_marlin_tp_in_proj_ba.py (python']),
+    ('deploy-vl235b-2node.yml', 'inventories/2node', [
+        'qwen3_vl_235b_a22b_awq', 'TP 2 x PP 1 = 2 GPUs on 2 nodes', 'Budget per node: 0.75 x',
+        'Patch applied at container start: cudnn_off_sitecustomize.py (sitecustomize']),
+    ('deploy-397b-int4.yml', 'inventories/4node-int4', [
+        'qwen3_5_397b_a17b_int4_autoround', 'TP 4 x PP 1 = 4 GPUs on 4 nodes', 'Budget per node: 0.78 x',
+        'Patch applied at container start: qwen3_5_marlin_tp_in_proj_ba.py (python']),
 ])
 def test_each_seed_playbook_plans_its_shape(playbook, inventory, expected):
     result = run_playbook_plan_only(playbook, inventory)

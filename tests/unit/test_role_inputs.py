@@ -102,8 +102,8 @@ def test_an_extra_option_that_the_plan_decides_is_refused_with_the_variable_to_u
 def test_the_extras_that_undo_the_plan_are_named_together_once_for_every_node():
     problems = ri.planned_option_problems(everywhere(vllm_container_extra_args={
         'gpu_memory_utilization': 0.95, 'tensor_parallel_size': 2, 'max_model_len': 1000000, 'max_num_seqs': 8}))
-    assert [p.split(' sets ')[1].split(',')[0] for p in problems] == ['gpu_memory_utilization', 'max_model_len',
-                                                                     'tensor_parallel_size']
+    named = [p.split(' sets ')[1].split(',')[0] for p in problems]
+    assert named == ['gpu_memory_utilization', 'max_model_len', 'tensor_parallel_size']
 
 
 @pytest.mark.parametrize('options', [
