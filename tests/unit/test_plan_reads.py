@@ -45,3 +45,20 @@ def test_no_role_or_playbook_reads_a_plan_key_with_a_default():
                 if not line.lstrip().startswith('#') and PLAN_KEY_WITH_DEFAULT.search(line):
                     hits.append('%s:%d: %s' % (os.path.relpath(path, REPO), number, line.strip()))
     assert hits == [], 'a plan key read with a default (the plan always has it: read it as it is):\n' + '\n'.join(hits)
+
+
+def test_every_playbook_that_reads_the_plan_imports_it():
+    """stop.yml read dgxspark_plan.serving without planning: the plan must come from plan.yml (or a playbook that
+    imports it) in every playbook that reads it, directly or through its task and vars files."""
+    import glob  # pylint: disable=import-outside-toplevel
+    import os  # pylint: disable=import-outside-toplevel
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    planning = ('import_playbook: plan.yml', 'import_playbook: deploy.yml', 'import_playbook: status.yml')
+    missing = []
+    for path in sorted(glob.glob(os.path.join(root, 'playbooks', '*.yml'))):
+        with open(path, encoding='utf-8') as handle:
+            text = handle.read()
+        reads = 'dgxspark_plan' in text.replace('dgxspark_plan_', '') or 'vars/release.yml' in text or 'tasks/' in text
+        if os.path.basename(path) != 'plan.yml' and reads and not any(p in text for p in planning):
+            missing.append(os.path.basename(path))
+    assert missing == []
