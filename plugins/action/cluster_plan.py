@@ -109,11 +109,6 @@ def inventory_sources(task_vars):
     return ', '.join(str(source) for source in sources) or '(none: give one with -i)'
 
 
-def plan_heads(groups):
-    """The inventory's head group, as a list."""
-    return list((groups or {}).get('head') or [])
-
-
 class ActionModule(ActionBase):
     """Build the cluster plan from the inventory's groups and host variables."""
 
@@ -185,7 +180,8 @@ class ActionModule(ActionBase):
         directories = [BUILTIN_PROFILES_DIR]
         # The argument, else the inventory's or the command line's dgxspark_profiles_dir: every play that plans (the
         # roles' own fallbacks included) sees the user's profiles.
-        profiles_dir = args.get('profiles_dir') or self._head_value(hostvars, plan_heads(groups), task_vars, 'dgxspark_profiles_dir')
+        plan_groups = {'head': list(groups.get('head') or []), 'workers': list(groups.get('workers') or [])}
+        profiles_dir = args.get('profiles_dir') or self._head_value(hostvars, plan_groups['head'], task_vars, 'dgxspark_profiles_dir')
         if profiles_dir:
             directories.append(os.path.abspath(os.path.expanduser(str(profiles_dir))))
         profiles, profile_problems = load_profiles(directories)
@@ -201,7 +197,6 @@ class ActionModule(ActionBase):
         problems.extend(role_inputs.port_problems(role_values, *port_defaults(specs)))
         network_problems, network_warnings = role_inputs.api_network_problems(role_values)
         problems.extend(network_problems)
-        plan_groups = {'head': list(groups.get('head') or []), 'workers': list(groups.get('workers') or [])}
         try:
             plan = build_plan(plan_groups, node_vars, profiles, presets=presets, presets_by=presets_by)
             notes = []
