@@ -22,6 +22,7 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils.inventory_schema 
 from ansible_collections.dgxspark.cluster.plugins.module_utils.profile_schema import site_patches
 from ansible_collections.dgxspark.cluster.plugins.module_utils.secrets_dir import controller_secrets_dir, secrets_dir_problem
 from ansible_collections.dgxspark.cluster.plugins.module_utils import role_inputs
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils import serving_command
 from ansible_collections.dgxspark.cluster.plugins.module_utils.inventory_names import (
     known_names,
     unknown_variable_problems,
@@ -144,6 +145,42 @@ class ActionModule(ActionBase):
         problem = secrets_dir_problem(self._templar.template(host_vars['inventory_dir'])) if host_vars.get('inventory_dir') else ''
         return [problem] if problem else []
 
+    @staticmethod
+    def _templated_vars(host_vars):
+        """A node's variables as plain values (the inventory's and -e), leaving out any that cannot be templated here."""
+        found = {}
+        for name in host_vars:
+            try:
+                found[name] = host_vars[name]
+            except Exception:  # pylint: disable=broad-except  # it reads a fact of the node: no command input does
+                continue
+        return found
+
+    def _command_inputs(self, hostvars, hosts):
+        """({host: {variable: value}}, problems): each serving role variable a command is made of, resolved as the role
+        resolves it on the node: the inventory and -e first, else the role's default, templated with the node's variables.
+        A secret input is kept only as whether it is set."""
+        defaults = {}
+        for role in serving_command.INPUTS:
+            path = os.path.join(COLLECTION_ROOT, 'roles', role, 'defaults', 'main.yml')
+            defaults.update(self._loader.load_from_file(path, trusted_as_template=True) or {})
+        found, problems = {}, []
+        for host in hosts:
+            variables = dict(defaults)
+            variables.update(self._templated_vars(hostvars[host]))
+            templar = self._templar.copy_with_new_env(available_variables=variables)
+            values = found[host] = {}
+            for name in (n for names in serving_command.INPUTS.values() for n in names):
+                try:
+                    values[name] = role_inputs.plain(templar.template(variables[name]))
+                except Exception as exc:  # pylint: disable=broad-except  # said as the plan's problem, naming the variable
+                    problems.append('%s on %s cannot be resolved on the controller (%s): the plan makes the serving '
+                                    'commands from it; give it a value that needs no fact of the node.' % (
+                                        name, host, str(exc).splitlines()[0]))
+            for name in serving_command.SECRET_INPUTS:
+                values[name] = bool(values.get(name))
+        return found, problems
+
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
         result = super(ActionModule, self).run(tmp, task_vars)
@@ -233,11 +270,24 @@ class ActionModule(ActionBase):
             result['problems'] = ''.join('%s\n' % line for line in ['- %s' % p for p in problems] + notes)
             return result
         head = plan['head']
+        inputs, input_problems = self._command_inputs(hostvars, [node['host'] for node in plan['nodes']])
+        if not input_problems:
+            try:
+                plan['containers'] = serving_command.serving_containers(plan, inputs)
+                plan['node_env'] = serving_command.planned_node_env(plan)
+            except serving_command.ServingCommandError as exc:
+                input_problems.append(str(exc))
+        if input_problems:
+            result.update(failed=True, problems=''.join('- %s\n' % p for p in input_problems),
+                          msg='The serving commands cannot be planned for the inventory %s: see the problems below.'
+                          % inventory_sources(task_vars))
+            return result
         plan['serving'] = role_inputs.serving_names(role_values.get(head, {}), specs, plan)
+        plan['serving']['paths'] = dict(serving_command.PATHS)
         plan['api'] = role_inputs.api_endpoint(head, role_values.get(head, {}), plan['hf_repo'],
                                                port_defaults(specs)[1]['vllm_container_port'], self._key_dir(hostvars, head))
         plan['warnings'] = role_inputs.input_warnings(
             plan['variables'], network_warnings + role_inputs.api_reach_warnings(role_values, head))
         result['plan'] = plan
-        result['table'] = render_plan_table(plan, inventory_sources(task_vars))
+        result['table'] = render_plan_table(plan, inventory_sources(task_vars)) + serving_command.command_lines(plan['containers'])
         return result

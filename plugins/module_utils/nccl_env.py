@@ -224,6 +224,46 @@ def _stringify_extra(key, value, node):
         'nccl_env on %s: extra_env[%s] is a %s; give a string, number or boolean (null removes the variable).'
         % (_where(node), key, type(value).__name__))
 
+#: What the plan shows for a value only the node knows (its RDMA devices, read from its sysfs).
+NODE_VALUE = '<from the node>'
+#: The variables whose value only the node knows.
+NODE_KEYS = ('NCCL_IB_HCA',)
+
+
+def _planned(rails, host_ip, transport, gid, gpudirect):
+    """(env, per-host keys) of a node from what the plan knows: its bootstrap rail and rail-1 address, the transport;
+    NCCL_IB_HCA (rdma) is NODE_VALUE."""
+    bootstrap = rails[0]
+    env = dict((key, bootstrap) for key in BOOTSTRAP_IF_KEYS)
+    env['NCCL_SOCKET_IFNAME'] = '=' + bootstrap  # exact match: a prefix would take enp1s0f0np0 for enp1s0f0np01
+    env['VLLM_HOST_IP'] = host_ip
+    env['RAY_memory_monitor_refresh_ms'] = '0'
+    per_host = set(BOOTSTRAP_IF_KEYS) | {'VLLM_HOST_IP'}
+    if transport == 'rdma':
+        env['NCCL_IB_HCA'] = NODE_VALUE
+        env['NCCL_IB_DISABLE'] = '0'
+        per_host.add('NCCL_IB_HCA')
+        if gid is not None:
+            env['NCCL_IB_GID_INDEX'] = str(gid)
+            per_host.add('NCCL_IB_GID_INDEX')
+        if not gpudirect:
+            env.update(HOST_STAGED_ENV)
+    else:
+        env['NCCL_IB_DISABLE'] = '1'
+        env.update(SOCKET_TUNING_ENV)
+    return env, per_host
+
+
+def planned_nccl_env(rails, host_ip, transport='rdma', gid_index=None, gpudirect=False):
+    """A node's NCCL environment as the plan knows it before any node is read: every value but the node's RDMA devices
+    (NCCL_IB_HCA is NODE_VALUE). compute_nccl_env gives the same on the node, NCCL_IB_HCA filled in.
+
+    :returns: (env, per_host_keys sorted, node_keys: the keys only the node can fill)."""
+    transport = validate_transport(transport)
+    rails = validate_rails(rails)
+    env, per_host = _planned(rails, str(host_ip), transport, validate_gid_index(gid_index), gpudirect)
+    return env, sorted(per_host), [key for key in NODE_KEYS if key in env]
+
 
 def compute_nccl_env(devices, rails, transport='rdma', gid_index=None, extra_env=None, node=None, gpudirect=False):
     """Compute the environment of one node.
@@ -279,18 +319,8 @@ def compute_nccl_env(devices, rails, transport='rdma', gid_index=None, extra_env
                 '%s: interface %s has MTU %d, below %d; set dgxspark_mtu to 9000 on every CX-7 interface and on the switch '
                 '(MTU 1500 gives about 3 GB/s instead of ~22 GB/s).' % (where, rail, min(mtus), MIN_MTU))
 
+    env, per_host = _planned(rails, str(rail_addresses[rails[0]][0].ip), transport, gid, gpudirect)
     bootstrap = rails[0]
-    env = {
-        'NCCL_SOCKET_IFNAME': '=' + bootstrap,
-        'GLOO_SOCKET_IFNAME': bootstrap,
-        'TP_SOCKET_IFNAME': bootstrap,
-        'UCX_NET_DEVICES': bootstrap,
-        'OMPI_MCA_btl_tcp_if_include': bootstrap,
-        'VLLM_HOST_IP': str(rail_addresses[bootstrap][0].ip),
-        'RAY_memory_monitor_refresh_ms': '0',
-    }
-    per_host = set(BOOTSTRAP_IF_KEYS) | {'VLLM_HOST_IP'}
-
     if transport == 'rdma':
         hca = []
         for rail in rails:
@@ -318,16 +348,7 @@ def compute_nccl_env(devices, rails, transport='rdma', gid_index=None, extra_env
                             'leave gid_index unset so NCCL picks the RoCE v2 GID per device.'
                             % (where, gid, device['rdma_device'], rail, list(indexes) or 'none'))
         env['NCCL_IB_HCA'] = '=' + ','.join(hca)
-        env['NCCL_IB_DISABLE'] = '0'
-        per_host.add('NCCL_IB_HCA')
-        if gid is not None:
-            env['NCCL_IB_GID_INDEX'] = str(gid)
-            per_host.add('NCCL_IB_GID_INDEX')
-        if not gpudirect:
-            env.update(HOST_STAGED_ENV)
     else:
-        env['NCCL_IB_DISABLE'] = '1'
-        env.update(SOCKET_TUNING_ENV)
         warnings.append(
             '%s: transport socket: NCCL runs over TCP on %s and does not use RDMA; expect 4-6 GB/s instead of ~22 GB/s '
             'over RoCE (set dgxspark_nccl_transport to rdma when the RoCE devices are Up).' % (where, bootstrap))

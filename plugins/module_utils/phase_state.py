@@ -71,6 +71,22 @@ def without_model_inputs(data):
     return kept
 
 
+def with_containers(data, kinds):
+    """The inputs {'plan': ..., 'vars': ...} of a phase with only the serving containers of the plan it runs (kinds: of
+    'ray', 'vllm'): a changed vLLM option is the vllm phase's input alone, not Ray's or the supervisor's."""
+    if not isinstance(data, Mapping) or not isinstance(data.get('plan'), Mapping):
+        return data
+    kinds = list(kinds or [])
+    plan = dict(data['plan'])
+    if kinds and isinstance(plan.get('containers'), Mapping):
+        plan['containers'] = dict((host, dict((kind, (specs or {}).get(kind)) for kind in kinds))
+                                  for host, specs in plan['containers'].items())
+    else:
+        plan.pop('containers', None)
+        plan.pop('node_env', None)
+    return dict(data, plan=plan)
+
+
 def validate_phase(phase):
     if not isinstance(phase, str) or not PHASE_RE.match(phase):
         raise PhaseStateError('phase is %r: give a lower-case name such as network, os, ray or vllm.' % (phase,))

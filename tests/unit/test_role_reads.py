@@ -14,15 +14,11 @@ import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROLES = sorted(os.listdir(os.path.join(ROOT, 'roles')))
-# Facts one role's tasks register for another, not variables a user sets: the serving environment that vllm_container
-# takes from ray_cluster's node_env.yml (the CX-7 facts, NCCL environment, RDMA devices and mounts; issue 47 moves them
-# into a role of their own), and the fabric probe the network phase's check may reuse.
+# Facts one role's tasks register for another, not variables a user sets: whether a Ray container changed in this run
+# (the engine's driver went with it), and the fabric probe the network phase's check may reuse.
 REGISTERED_FOR_ANOTHER_ROLE = {
     ('fabric_check', 'cx7_netplan_fabric_probe'),
     ('vllm_container', 'ray_cluster_changed'),
-    ('vllm_container', 'ray_cluster_node_env'),
-    ('vllm_container', 'ray_cluster_node_rdma'),
-    ('vllm_container', 'ray_cluster_node_volumes'),
 }
 # Names that happen to begin with a role's name without being its variables (a template's own set, a settings key).
 NOT_VARIABLES = {('monitoring', 'supervisor_report'), ('node_firewall', 'monitoring_nets')}
