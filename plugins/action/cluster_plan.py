@@ -147,14 +147,15 @@ class ActionModule(ActionBase):
 
     @staticmethod
     def _templated_vars(host_vars):
-        """A node's variables as plain values (the inventory's and -e), leaving out any that cannot be templated here."""
-        found = {}
+        """(values, {name: why}) of a node's variables (the inventory's and -e): those that template here, and why the
+        others do not (they read a fact of the node)."""
+        found, failed = {}, {}
         for name in host_vars:
             try:
                 found[name] = host_vars[name]
-            except Exception:  # pylint: disable=broad-except  # it reads a fact of the node: no command input does
-                continue
-        return found
+            except Exception as exc:  # pylint: disable=broad-except  # refused below when a command needs it
+                failed[name] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return found, failed
 
     def _command_inputs(self, hostvars, hosts):
         """({host: {variable: value}}, problems): each serving role variable a command is made of, resolved as the role
@@ -164,21 +165,27 @@ class ActionModule(ActionBase):
         for role in serving_command.INPUTS:
             path = os.path.join(COLLECTION_ROOT, 'roles', role, 'defaults', 'main.yml')
             defaults.update(self._loader.load_from_file(path, trusted_as_template=True) or {})
-        found, problems = {}, []
+        found, unresolved = {}, {}
         for host in hosts:
             variables = dict(defaults)
-            variables.update(self._templated_vars(hostvars[host]))
+            given, failed = self._templated_vars(hostvars[host])
+            variables.update(given)
             templar = self._templar.copy_with_new_env(available_variables=variables)
             values = found[host] = {}
             for name in (n for names in serving_command.INPUTS.values() for n in names):
+                if name in failed:
+                    unresolved.setdefault((name, failed[name]), []).append(host)
+                    continue
                 try:
                     values[name] = role_inputs.plain(templar.template(variables[name]))
                 except Exception as exc:  # pylint: disable=broad-except  # said as the plan's problem, naming the variable
-                    problems.append('%s on %s cannot be resolved on the controller (%s): the plan makes the serving '
-                                    'commands from it; give it a value that needs no fact of the node.' % (
-                                        name, host, str(exc).splitlines()[0]))
+                    unresolved.setdefault((name, str(exc).splitlines()[0]), []).append(host)
             for name in serving_command.SECRET_INPUTS:
                 values[name] = bool(values.get(name))
+        # One line a problem, naming every node it concerns.
+        problems = ['%s cannot be resolved on the controller on %s (%s): the plan makes the serving commands from it; '
+                    'give it a value that needs no fact of the node.' % (name, ', '.join(where), why)
+                    for (name, why), where in unresolved.items()]
         return found, problems
 
     def run(self, tmp=None, task_vars=None):

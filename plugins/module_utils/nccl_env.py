@@ -224,6 +224,7 @@ def _stringify_extra(key, value, node):
         'nccl_env on %s: extra_env[%s] is a %s; give a string, number or boolean (null removes the variable).'
         % (_where(node), key, type(value).__name__))
 
+
 #: What the plan shows for a value only the node knows (its RDMA devices, read from its sysfs).
 NODE_VALUE = '<from the node>'
 #: The variables whose value only the node knows.

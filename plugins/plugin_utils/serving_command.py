@@ -97,6 +97,11 @@ def node_serving_env(plan, host, inputs):
     return env, [key for key in node_keys if key in env and env[key] == nccl.get(key)]
 
 
+def bind(volume):
+    """A mount as Docker records it (docker inspect's Binds): SRC:DEST with its mode, rw unless one is given."""
+    return volume if str(volume).count(':') >= 2 else '%s:rw' % volume
+
+
 def node_serving_volumes(plan, inputs):
     """The mounts every serving container of a node needs: the model, with Ray its token and /tmp/ray, the patches, vLLM's
     cache, then ray_cluster_extra_volumes."""
@@ -109,7 +114,7 @@ def node_serving_volumes(plan, inputs):
         volumes.append('%s:%s:ro' % (PATHS['patches_dir'], patches['DGXSPARK_PATCH_DIR']))
     if cache_dir:
         volumes.append('%s:%s' % (cache_dir, cache_dir))
-    return volumes + list(inputs['ray_cluster_extra_volumes'] or [])
+    return [bind(volume) for volume in volumes + list(inputs['ray_cluster_extra_volumes'] or [])]
 
 
 def rdma(inputs):

@@ -72,6 +72,17 @@ def run_playbook(lab, playbook, *extra, on_line=None, timeout=PLAYBOOK_TIMEOUT, 
     return proc.returncode, "".join(lines)
 
 
+def planned_containers(lab, *extra, backend=None):
+    """{node: {'ray': spec or None, 'vllm': spec or None}}: the serving containers the plan makes for the lab (its
+    dgxspark_plan.containers), from the plan action run alone on the controller (it contacts no node)."""
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="ansible.posix.json")
+    cmd = [os.path.join(REPO, ".venv", "bin", "ansible"), "localhost", "-i", inventory(lab), "-m", "dgxspark.cluster.cluster_plan",
+           "-a", "playbook=deploy-397b.yml"] + backend_args(backend) + list(extra)
+    result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=True)
+    return json.loads(result.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]["plan"]["containers"]
+
+
 def extra_vars(*maps, **values):
     """ansible-playbook's `-e` with the maps and keywords merged, later ones winning, as one JSON document."""
     merged = {}

@@ -20,13 +20,15 @@ test stops the cluster and deploys it whole, so the module leaves the users' def
     python3 lab/labctl.py up --serving && .venv/bin/python -m pytest -m lab tests/lab/test_deploy_lab.py
 """
 
+import json
 import re
+import shlex
 import time
 
 import pytest
 
 from ansible_lab import (BACKEND, HEAD, LAB_ENGINE_ENV, RAY, VLLM, changed_tasks, containers, extra_vars, node_container,
-                         recap, run_playbook, serving_lab)
+                         planned_containers, recap, run_playbook, serving_lab)
 from prober import (MODEL, RAY_PLAY, SECOND_MODEL, TEST_INTERVAL, VLLM_PLAY, PlayStarts, Prober, report_distribution,
                     stage_second_image, stage_second_model)
 
@@ -79,6 +81,33 @@ def test_first_deploy_serves_and_ends_with_a_healthy_table(deployed):
     assert BACKEND == "ray" or all(RAY not in c for c in deployed["containers"].values())
     # The release that proved itself is recorded: the status table's line names it.
     assert re.search(r"release: [0-9a-f]{12} deployed ", out), out[-3000:]
+
+
+def test_the_plan_printed_each_container_exactly_as_the_deploy_runs_it(lab, deployed):
+    # Issue 48: the plan's containers (what its table prints) are what Docker runs on each node, to the argument.
+    printed = " ".join(deployed["output"].split()).replace("''", "'")  # the YAML callback doubles a single quote
+    planned = planned_containers(lab)
+    assert sorted(planned) == sorted(lab.nodes)
+    for node, specs in planned.items():
+        host = lab.host(node)
+        for spec in (spec for spec in specs.values() if spec):
+            record = json.loads(host.check_output("docker inspect %s" % spec["name"]))[0]
+            config, host_config = record["Config"], record["HostConfig"]
+            image_env = set(json.loads(host.check_output("docker image inspect --format '{{json .Config.Env}}' %s" % spec["image"])))
+            env = dict(item.split("=", 1) for item in config["Env"] if item not in image_env)
+            assert config["Image"] == spec["image"], node
+            assert config["Entrypoint"][-1] == spec["script"] and config["Cmd"] == [str(a) for a in spec["argv"]], node
+            assert sorted(env) == sorted(spec["env"]), (node, spec["name"])
+            assert dict((k, v) for k, v in env.items() if k not in spec["node_env"]) == dict(
+                (k, v) for k, v in spec["env"].items() if k not in spec["node_env"]), (node, spec["name"])
+            # what only the node knows (its RDMA devices) is there, read from its CX-7 ports
+            assert all(env[key].startswith("=") and "<" not in env[key] for key in spec["node_env"]), (node, env)
+            assert sorted(host_config["Binds"]) == sorted(spec["volumes"]), (node, spec["name"])
+            assert sorted(host_config["CapAdd"] or []) == sorted(spec["capabilities"]) and host_config["CapDrop"] == ["ALL"]
+            assert (host_config["PidMode"] or None) == spec["pid_mode"], node
+            line = "command: %s %s" % (spec["script"], " ".join(shlex.quote(str(a)) for a in config["Cmd"]))
+            assert " ".join(line.split()) in printed, (node, line)
+            assert "%s %s: image %s" % (node, spec["name"], spec["image"]) in printed
 
 
 def test_second_deploy_changes_and_restarts_nothing(lab, deployed):

@@ -396,3 +396,22 @@ def test_a_refusal_prints_each_problem_once_in_the_inventorys_words():
         assert output.count(text) == 1, (text, output)
     for internal in ('_AnsibleTagged', '<class ', 'we were unable to convert'):
         assert internal not in output, (internal, output)
+
+
+def test_the_plan_prints_each_nodes_serving_containers_with_the_users_extras_in_them():
+    result = run_plan('inventories/4node', '-e', '{"vllm_container_extra_args": {"max_num_seqs": 32}}', playbook='deploy-397b.yml')
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = ' '.join(result.stdout.split())
+    assert 'Serving containers, as the deploy runs them (<from the node>:' in out
+    for node in ('spark-alpha', 'spark-beta', 'spark-gamma', 'spark-delta'):
+        assert '%s dgxspark-ray: image vllm/vllm-openai:v0.33.0' % node in out
+    assert 'command: vllm-serve.sh serve Qwen/Qwen3.5-397B-A17B-FP8 ' in out and '--max-num-seqs 32' in out
+    assert 'NCCL_IB_HCA=<from the node>' in out and 'VLLM_HOST_IP=192.168.100.13' in out
+
+
+def test_a_serving_input_the_controller_cannot_resolve_is_refused_by_name():
+    result = run_plan('inventories/4node', '-e', 'vllm_container_image={{ ansible_facts.missing }}', playbook='deploy-397b.yml')
+    output = ' '.join((result.stdout + result.stderr).split())
+    assert result.returncode != 0
+    assert 'vllm_container_image cannot be resolved on the controller on spark-alpha, spark-beta, spark-gamma, spark-delta' in output, output[-3000:]
+    assert 'The serving commands cannot be planned for the inventory' in output

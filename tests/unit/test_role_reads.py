@@ -14,11 +14,14 @@ import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROLES = sorted(os.listdir(os.path.join(ROOT, 'roles')))
-# Facts one role's tasks register for another, not variables a user sets: whether a Ray container changed in this run
-# (the engine's driver went with it), and the fabric probe the network phase's check may reuse.
+# Facts one role's tasks register for another, not variables a user sets: what only a node knows of its serving
+# environment (serving_env's result, its RDMA devices), whether a Ray container changed in this run (the engine's driver
+# went with it), and the fabric probe the network phase's check may reuse.
 REGISTERED_FOR_ANOTHER_ROLE = {
     ('fabric_check', 'cx7_netplan_fabric_probe'),
+    ('ray_cluster', 'serving_env_from_node'),
     ('vllm_container', 'ray_cluster_changed'),
+    ('vllm_container', 'serving_env_from_node'),
 }
 # Names that happen to begin with a role's name without being its variables (a template's own set, a settings key).
 NOT_VARIABLES = {('monitoring', 'supervisor_report'), ('node_firewall', 'monitoring_nets')}
