@@ -157,10 +157,10 @@ class ActionModule(ActionBase):
                 failed[name] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return found, failed
 
-    def _command_inputs(self, hostvars, hosts):
+    def _command_inputs(self, templated, hosts):
         """({host: {variable: value}}, problems): each serving role variable a command is made of, resolved as the role
-        resolves it on the node: the inventory and -e first, else the role's default, templated with the node's variables.
-        A secret input is kept only as whether it is set."""
+        resolves it on the node: the inventory and -e first, else the role's default, templated with the node's variables
+        (templated: {host: _templated_vars of its variables}). A secret input is kept only as whether it is set."""
         defaults = {}
         for role in serving_command.INPUTS:
             path = os.path.join(COLLECTION_ROOT, 'roles', role, 'defaults', 'main.yml')
@@ -168,7 +168,7 @@ class ActionModule(ActionBase):
         found, unresolved = {}, {}
         for host in hosts:
             variables = dict(defaults)
-            given, failed = self._templated_vars(hostvars[host])
+            given, failed = templated[host]
             variables.update(given)
             templar = self._templar.copy_with_new_env(available_variables=variables)
             values = found[host] = {}
@@ -210,6 +210,7 @@ class ActionModule(ActionBase):
         node_vars = {}
         node_names = {}
         role_values = {}
+        templated = {}
         for host in node_hosts:
             if host in node_vars:
                 continue
@@ -219,7 +220,8 @@ class ActionModule(ActionBase):
                 host_vars = {}
             node_vars[host] = dict((name, host_vars[name]) for name in wanted if name in host_vars)
             node_names[host] = list(host_vars.keys())
-            role_values[host] = role_variable_values(host_vars, node_names[host], variable_prefixes(COLLECTION_ROOT))
+            templated[host] = self._templated_vars(host_vars)
+            role_values[host] = role_variable_values(templated[host][0], node_names[host], variable_prefixes(COLLECTION_ROOT))
 
         directories = [BUILTIN_PROFILES_DIR]
         # The argument, else the inventory's or the command line's dgxspark_profiles_dir: every play that plans (the
@@ -277,7 +279,7 @@ class ActionModule(ActionBase):
             result['problems'] = ''.join('%s\n' % line for line in ['- %s' % p for p in problems] + notes)
             return result
         head = plan['head']
-        inputs, input_problems = self._command_inputs(hostvars, [node['host'] for node in plan['nodes']])
+        inputs, input_problems = self._command_inputs(templated, [node['host'] for node in plan['nodes']])
         if not input_problems:
             try:
                 plan['containers'] = serving_command.serving_containers(plan, inputs)

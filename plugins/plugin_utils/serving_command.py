@@ -41,7 +41,6 @@ RAY_TMP_VOLUME = 'dgxspark-ray-tmp'
 # driver's PYTHONPATH (its container's own: the API guard).
 NEVER_CARRIED = ('VLLM_API_KEY', 'HF_TOKEN', 'HUGGING_FACE_HUB_TOKEN', 'PYTHONPATH')
 GUARD_MIDDLEWARE = ['--middleware', 'dgxspark_api_guard.KeyOnEveryRoute']
-GPU_REQUEST = [{'driver': 'nvidia', 'count': -1, 'capabilities': [['gpu']]}]
 
 # The role variables the commands are made of (the plan resolves each as the role would: the inventory, -e, then the
 # role's default), by role.
@@ -78,8 +77,7 @@ def node_serving_env(plan, host, inputs):
     ray = plan['executor_backend'] == 'ray'
     node = _node(plan, host)
     rail = plan['rails'][0]['name']
-    nccl, per_host, node_keys = planned_nccl_env([r['interface'] for r in plan['rails']], node['rail_addresses'][rail],
-                                                 plan['nccl_transport'])
+    nccl, per_host, node_keys = _planned_nccl(plan, node)
     if not ray:  # its one Ray variable (RAY_memory_monitor_refresh_ms) means nothing without Ray
         nccl = dict((k, v) for k, v in nccl.items() if not k.startswith('RAY_'))
     serving = {'VLLM_CONFIG_ROOT': VLLM_CONFIG_DIR, 'HF_HOME': inputs['ray_cluster_model_dir'], 'HF_HUB_OFFLINE': '1'}
@@ -201,8 +199,7 @@ def planned_node_env(plan):
     serving_env role checks the node's own computation against."""
     found = {}
     for node in plan['nodes']:
-        env, _per_host, node_keys = planned_nccl_env([r['interface'] for r in plan['rails']],
-                                                     node['rail_addresses'][plan['rails'][0]['name']], plan['nccl_transport'])
+        env, _per_host, node_keys = _planned_nccl(plan, node)
         found[node['host']] = {'env': env, 'node_keys': node_keys}
     return found
 
@@ -232,12 +229,9 @@ def docker_options(spec):
     return words + ['--restart %s' % spec['restart_policy']]
 
 
-def env_words(spec, node_values=None):
-    """NAME=value of the container's environment, sorted; a value only the node knows shows as the plan's NODE_VALUE,
-    or, given node_values (what the node read), as that."""
-    node_values = node_values or {}
-    return ['%s=%s' % (key, node_values.get(key, spec['env'][key]) if key in spec.get('node_env', []) else spec['env'][key])
-            for key in sorted(spec['env'])]
+def env_words(spec):
+    """NAME=value of the container's environment, sorted (a value only the node knows shows as the plan's NODE_VALUE)."""
+    return ['%s=%s' % (key, spec['env'][key]) for key in sorted(spec['env'])]
 
 
 def command_lines(containers):
@@ -255,6 +249,12 @@ def command_lines(containers):
             lines.append('  mounts: %s' % ' '.join(spec['volumes']))
             lines.append('  docker: %s' % ' '.join(docker_options(spec)))
     return lines
+
+
+def _planned_nccl(plan, node):
+    """planned_nccl_env of a node of the plan: its rails, its rail-1 address, the plan's transport."""
+    return planned_nccl_env([r['interface'] for r in plan['rails']], node['rail_addresses'][plan['rails'][0]['name']],
+                            plan['nccl_transport'])
 
 
 def _node(plan, host):
