@@ -46,7 +46,7 @@ def write_ssh_files(count):
 
 
 # The live inventory sits in <state>/inventory; the implicit localhost (plan.yml) has no inventory_dir.
-LIVE_STATE_DIR_EXPR = "{{ inventory_dir | default(ansible_inventory_sources | first, true) }}/.."
+LIVE_STATE_DIR_EXPR = "{{ (inventory_dir | default(ansible_inventory_sources | first, true) ~ '/..') | ansible.builtin.realpath }}"
 
 
 def write_inventory(count, model_profile=None):
