@@ -240,6 +240,7 @@ class ActionModule(ActionBase):
         problems.extend(role_inputs.value_problems(role_values))
         problems.extend(role_inputs.secret_problems(role_values))
         problems.extend(role_inputs.planned_option_problems(role_values))
+        problems.extend(role_inputs.api_key_problems(role_values, (plan_groups['head'] or [''])[0]))
         problems.extend(role_inputs.port_problems(role_values, *port_defaults(specs)))
         network_problems, network_warnings = role_inputs.api_network_problems(role_values)
         problems.extend(network_problems)
@@ -261,6 +262,7 @@ class ActionModule(ActionBase):
                 dict((host, values['ansible_host']) for host, values in role_values.items() if 'ansible_host' in values),
                 plan['rails']))
             problems.extend(role_inputs.api_rail_overlap_problems(role_values, plan['rails']))
+            problems.extend(role_inputs.remote_code_problems(role_values, plan['model_revision'], plan['hf_repo']))
             # The backend and its rendezvous as the plan resolved them (inventory, overrides, defaults).
             problems.extend(role_inputs.backend_problems(role_values, plan['executor_backend'],
                                                          plan['variables']['dgxspark_mp_master_port'], port_defaults(specs)[1]))

@@ -30,9 +30,8 @@ Decode roofline (single stream, upper bound):
 from __future__ import annotations
 
 import math
-import re
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils.role_inputs import interface_name_problem
+from ansible_collections.dgxspark.cluster.plugins.module_utils.role_inputs import REVIEWED_COMMIT as COMMIT, interface_name_problem
 from ansible_collections.dgxspark.cluster.plugins.module_utils.profile_schema import (
     plan_patches,
     validate_patches,
@@ -63,8 +62,6 @@ else:
 GB = 1000 ** 3
 GIB = 1024 ** 3
 KV_DTYPE_BYTES = {'fp8': 1}
-# A Hugging Face commit id: the only revision that cannot change after it was reviewed.
-COMMIT = re.compile(r'^[0-9a-f]{40}$')
 # What each executor backend runs where (the plan table's line).
 EXECUTOR_LAYOUTS = {
     'ray': 'ray (a Ray container on every node; vLLM on the head, --distributed-executor-backend ray)',

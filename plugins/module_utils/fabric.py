@@ -22,6 +22,8 @@ from __future__ import annotations
 import json
 import re
 
+from ansible_collections.dgxspark.cluster.plugins.module_utils.roce_mtu import port_failures
+
 # IPv4 (20 bytes) + ICMP (8 bytes) headers: the largest DF payload that fits a frame of MTU m is m - 28.
 ICMP_IPV4_OVERHEAD = 28
 SMALL_PING_PAYLOAD = 56
@@ -442,7 +444,7 @@ def _normalise_probe(probe):
     return out
 
 
-def build_fabric_report(plan, probes, expectations, bandwidth=None, nccl=None, notes=None):
+def build_fabric_report(plan, probes, expectations, bandwidth=None, nccl=None, notes=None, roce=None):
     """Summary table and diagnosis of a fabric check.
 
     plan: the cluster plan (``nodes`` with ``host``/``rail_addresses``, ``rails`` with ``name``,
@@ -454,6 +456,8 @@ def build_fabric_report(plan, probes, expectations, bandwidth=None, nccl=None, n
     bandwidth: list of ib_write_bw runs {rail, server, client, output|gbps, rc, error}; None = not measured.
     nccl: {output|avg_busbw_gbs, error, collective, max_bytes} or None = not measured.
     notes: lines to print under the table (what was skipped and why).
+    roce: host -> the registered results of ibv_devinfo over the plan's rails (each: item = the rail, stdout, rc);
+      a port whose active MTU is below what expectations' mtu allows is a failure (roce_mtu.port_failures).
 
     Returns ``rows``, ``failures`` (each: host, rail, interface, peer, cause, detail), ``table``
     (text lines), ``failure_lines``, ``ok``.
@@ -516,6 +520,14 @@ def build_fabric_report(plan, probes, expectations, bandwidth=None, nccl=None, n
                 'bandwidth_gbps': None,
             })
 
+    for host in order:
+        for result in (roce or {}).get(host) or []:
+            if result.get('skipped') or not isinstance(result.get('item'), dict):
+                continue
+            rail = result['item']
+            device = (result.get('cmd') or [None, None, '?'])[2]
+            text = result.get('stdout', '') if result.get('rc', 1) == 0 else 'exit %s: %s' % (result.get('rc'), result.get('stderr', ''))
+            failures.extend(port_failures(host, rail, device, text, exp['mtu']))
     bw_lines = _bandwidth(rails, rows, bandwidth, exp, failures)
     nccl_line = _nccl(nccl, exp, failures, order)
     table = render_table(rows, exp)

@@ -171,6 +171,11 @@ def nccl_readiness(hostvars, plan, play_hosts, meminfo_name, collective='all_gat
     return {'ready': ready, 'missing': missing, 'max_bytes': max_bytes, 'notes': notes}
 
 
+# The test container runs as root with the host's network and IPC: none of Docker's default capabilities but the one
+# that registers RDMA memory (IPC_LOCK, as the serving containers), and no privilege gained through setuid files.
+CONTAINER_HARDENING = ('--cap-drop=ALL', '--cap-add=IPC_LOCK', '--security-opt=no-new-privileges')
+
+
 def nccl_argv(plan, host, image, docker_args, port, collective, max_bytes, env=None):
     """The ``docker run`` command line of the NCCL test on ``host``: rank = plan rank, rendezvous on the head's first rail address,
     NCCL_SOCKET_IFNAME = the first rail's interface; ``env`` adds or overrides variables."""
@@ -191,7 +196,7 @@ def nccl_argv(plan, host, image, docker_args, port, collective, max_bytes, env=N
     ]
     merged = dict(variables)
     merged.update(env or {})
-    return (['docker', 'run', '--rm', '-i', '--name', NCCL_CONTAINER_NAME] + list(docker_args or [])
+    return (['docker', 'run', '--rm', '-i', '--name', NCCL_CONTAINER_NAME] + list(CONTAINER_HARDENING) + list(docker_args or [])
             + ['--env=%s=%s' % (key, value) for key, value in merged.items()] + [image, 'python3', '-'])
 
 

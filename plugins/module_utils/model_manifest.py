@@ -2,7 +2,9 @@
 # Copyright: dgxspark.cluster contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The manifest of a model directory (relative path, size, mtime, sha256 of every file; symlinks by target), and the
-comparison of a node's copy with it.
+comparison of a node's copy with it. A symlink that leaves the directory counts as the file it points to (huggingface_hub 1.32
+and later keeps a snapshot's files as links into a blob store beside it, sparkrun #299/#300): the nodes receive that
+file, and the source's tar follows the link (--dereference), as rsync's --copy-unsafe-links would.
 
 Hashing 400 GB costs minutes, so content is hashed once, at the source, and only again where the cheap facts disagree:
 - at the source, a file whose size and mtime equal the previous manifest's keeps its hash (no read);
@@ -42,8 +44,17 @@ def file_sha256(path):
     return digest.hexdigest()
 
 
+def _leaves(root, full):
+    """Whether the symlink `full` resolves outside `root` (a Hugging Face snapshot directory's files point into the
+    cache's blobs/, beside it): such a link is copied as the file it points to, since its target is not sent."""
+    real_root = os.path.realpath(root)
+    return os.path.commonpath([real_root, os.path.realpath(full)]) != real_root
+
+
 def walk(root):
-    """(files, links): files as {path: (size, mtime_ns)}, symlinks as {path: target}; paths relative, '/'-separated."""
+    """(files, links): files as {path: (size, mtime_ns)}, symlinks as {path: target}; paths relative, '/'-separated.
+    A symlink inside the directory (a cache entry's snapshots/ into its blobs/) is kept as a link; one that leaves it is
+    a file, its target's size and mtime (its content is read through the link); one that leads nowhere is refused."""
     if not os.path.isdir(root):
         raise ManifestError('the model directory %s does not exist (or is not a directory)' % root)
     files, links = {}, {}
@@ -55,6 +66,10 @@ def walk(root):
             if _is_ours(rel_dir + name):
                 dirnames.remove(name)
             elif os.path.islink(full):
+                if _leaves(root, full):
+                    raise ManifestError('%s in the model directory %s is a link to the directory %s, outside it: its files '
+                                        'would not be copied; copy them into the model directory, or make it the '
+                                        'directory that holds them' % (rel_dir + name, root, os.path.realpath(full)))
                 links[rel_dir + name] = os.readlink(full)
                 dirnames.remove(name)
         for name in filenames:
@@ -63,8 +78,13 @@ def walk(root):
                 continue
             full = os.path.join(dirpath, name)
             if os.path.islink(full):
-                links[rel] = os.readlink(full)
-                continue
+                if not _leaves(root, full):
+                    links[rel] = os.readlink(full)
+                    continue
+                if not os.path.isfile(full):
+                    raise ManifestError('%s in the model directory %s is a link to %s, which does not exist: the model is '
+                                        'incomplete (an interrupted download, or a cache cleaned under it); download it '
+                                        'again' % (rel, root, os.readlink(full)))
             stat = os.stat(full)
             files[rel] = (stat.st_size, stat.st_mtime_ns)
     return files, links

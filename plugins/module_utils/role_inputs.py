@@ -36,17 +36,19 @@ _HF_TOKEN_WAY = ('vllm_container_hf_token for vLLM, dgxspark_hf_token for the do
 GPU_MEMORY_UTILIZATION_CEILING = 0.85
 # vLLM options (as an extra-args key: with or without --, dashes or underscores) that carry a secret.
 SECRET_OPTIONS = {
-    'api_key': 'vllm_container_api_key (vaulted; the role writes it to a 0600 file read at start as VLLM_API_KEY)',
+    'api_key': 'vllm_container_api_key (vaulted; the role writes it to a 0600 file that the API guard reads at start)',
     'hf_token': _HF_TOKEN_WAY,
 }
 # Environment variables vLLM, Ray or the Hugging Face Hub read as a secret.
 SECRET_ENVIRONMENT = {
-    'VLLM_API_KEY': 'vllm_container_api_key (vaulted; the role writes it to a 0600 file read at start)',
+    'VLLM_API_KEY': 'vllm_container_api_key (vaulted; the role writes it to a 0600 file that the API guard reads at start)',
     'HF_TOKEN': _HF_TOKEN_WAY,
     'HUGGING_FACE_HUB_TOKEN': _HF_TOKEN_WAY,
     'HF_HUB_TOKEN': _HF_TOKEN_WAY,
     'RAY_AUTH_TOKEN': 'ray_cluster_auth_token (vaulted; a 0600 file mounted read-only, RAY_AUTH_TOKEN_PATH)',
 }
+# A Hugging Face commit id: the only revision that cannot change after it was reviewed.
+REVIEWED_COMMIT = re.compile(r'^[0-9a-f]{40}$')
 # The maps that end in a serving or helper container's argv or environment.
 OPTION_MAPS = ('vllm_container_extra_args', 'vllm_container_site_args', 'dgxspark_vllm_site_args')
 ENVIRONMENT_MAPS = ('vllm_container_extra_env', 'ray_cluster_extra_env', 'distribute_download_env', 'fabric_check_nccl_env')
@@ -264,6 +266,33 @@ def secret_problems(values_by_host):
     return _merge(found, values_by_host)
 
 
+# A key shorter than this is guessed, and too short for the diagnostics bundle to look for by value.
+MIN_API_KEY_LENGTH = 16
+# Keys that documentation shows (vLLM's own docs: token-abc123): anyone who read the same page knows them.
+EXAMPLE_API_KEYS = ('token-abc123', 'empty', 'none', 'changeme', 'change-me', 'secret', 'password', 'sk-1234', 'test',
+                    'your-api-key', 'your_api_key', 'api-key', 'sk-xxx')
+
+
+def api_key_problems(values_by_host, head):
+    """The key the inventory gives (vllm_container_api_key; empty: one is generated): long enough, not a documentation
+    example, and visible ASCII with no space (it travels in an HTTP header, which clients encode as ASCII). The key
+    itself is never part of a message."""
+    key = (values_by_host.get(head) or {}).get('vllm_container_api_key')
+    if not isinstance(key, str) or not key:
+        return []
+    where = 'vllm_container_api_key (on %s)' % head
+    if not re.match(r'^[\x21-\x7e]+$', key):
+        return ['%s has a space, a control or a non-ASCII character: an HTTP header carries it, and clients send '
+                'headers as ASCII; use visible ASCII characters only (leave it empty and the deploy generates one)' % where]
+    if key.lower() in EXAMPLE_API_KEYS:
+        return ['%s is an example key from documentation, known to anyone who read it: use a random one of at least 32 '
+                'characters (leave it empty and the deploy generates one)' % where]
+    if len(key) < MIN_API_KEY_LENGTH:
+        return ['%s has %d characters, too few to resist guessing: use a random one of at least 32 characters (leave '
+                'it empty and the deploy generates one)' % (where, len(key))]
+    return []
+
+
 def planned_option_problems(values_by_host):
     """An options map that sets what the plan decides (TP, PP, utilization, context, KV dtype, model, port...): refused
     with the variable that sets it, so that what runs is what the plan table shows."""
@@ -276,6 +305,26 @@ def planned_option_problems(values_by_host):
                 if option in PLANNED_OPTIONS:
                     text = ('%s sets %s, which the plan decides: it would run while the plan table shows the planned value; '
                             'remove it and set %s instead' % (variable, key, PLANNED_OPTIONS[option]))
+                    found.setdefault(text, set()).add(host)
+    return _merge(found, values_by_host)
+
+
+def remote_code_problems(values_by_host, revision, hf_repo):
+    """trust_remote_code set in an options map runs the repository's Python, as a profile that sets it does: served only
+    from a reviewed commit (the planned revision), never from a branch or tag that changes under the cluster."""
+    if isinstance(revision, str) and REVIEWED_COMMIT.match(revision):
+        return []
+    found = {}
+    for host, values in values_by_host.items():
+        for variable in OPTION_MAPS:
+            options = values.get(variable) if isinstance(values.get(variable), dict) else {}
+            for key, value in options.items():
+                if _option_key(key) == 'trust_remote_code' and value not in (None, False) \
+                        and str(value).lower() not in ('false', 'no', '0'):
+                    text = ('%s sets %s, so vLLM runs the Python files of %s as root in every serving container, but the '
+                            'model revision is %r: a branch or tag runs whatever is pushed there next. Review the code '
+                            'at one commit and set dgxspark_model_revision to it (40 hex digits, from '
+                            'https://huggingface.co/%s/commits/main)' % (variable, key, hf_repo, revision, hf_repo))
                     found.setdefault(text, set()).add(host)
     return _merge(found, values_by_host)
 

@@ -4,7 +4,7 @@ Real Ray 2.60 in one serving container per node and vLLM's own engine (its CPU b
 API server on the head (lab/serving/README.md); with DGXSPARK_LAB_BACKEND=mp, vLLM's own multi-node backend instead, a
 rank in one container per node (what a check expects of the containers follows the backend).
 Checks: the first deploy serves (status table healthy, smoke answer); a second deploy changes nothing and restarts
-nothing; a changed vLLM option and model restart vLLM only, after the new model reached every node while the old
+nothing, and waits for an engine that Docker restarted (as after a reboot) to load; a changed vLLM option and model restart vLLM only, after the new model reached every node while the old
 release answered, and a run killed mid-switch is finished by the next one; rollback.yml puts the previous release back
 and a second run has nothing to do; a new image (and NCCL transport) is distributed while the old release answers, then
 recreates every serving container; an image missing on one node fails before any container is changed; a load that
@@ -110,12 +110,23 @@ def test_the_plan_printed_each_container_exactly_as_the_deploy_runs_it(lab, depl
             assert "%s %s: image %s" % (node, spec["name"], spec["image"]) in printed
 
 
-def test_second_deploy_changes_and_restarts_nothing(lab, deployed):
+def test_second_deploy_changes_and_restarts_nothing_and_waits_for_an_engine_that_restarted_by_itself(lab, deployed):
+    # A node that rebooted brings the engine back as the phase left it: the phase is skipped, and the deploy waits for
+    # the load instead of failing the table while the model loads (docker restart, like the reboot, keeps the container).
+    for node in lab.nodes:
+        if VLLM in deployed["containers"][node]:
+            lab.host(node).check_output("docker restart %s" % VLLM)
+    restarted = containers(lab)
+    assert dict((n, dict((k, cid) for k, (cid, _) in c.items())) for n, c in restarted.items()) == dict(
+        (n, dict((k, cid) for k, (cid, _) in c.items())) for n, c in deployed["containers"].items())
     rc, out = deploy(lab)
     assert rc == 0, out[-4000:]
     counts = recap(out)
     assert all(c["changed"] == 0 and c["failed"] == 0 for c in counts.values()), changed_tasks(out) or counts
-    assert containers(lab) == deployed["containers"]
+    assert containers(lab) == restarted
+    deployed["containers"] = restarted  # what the next tests find
+    assert re.search(r"TASK \[Wait for the engine that serves already to load and answer, when the phase was skipped\] \**\n"
+                     r"(?:(?!TASK ).*\n)*?ok: \[spark-alpha\]", out), out[-6000:]
     # ... and ends, as the first did, with where the model is served and how to call it (issue 48)
     assert re.search(r"healthy\n\s*Endpoint: http://\S+:8000/v1 serving Qwen/Qwen3.5-397B-A17B-FP8\n"
                      r"\s*curl -s http://\S+/v1/chat/completions -H \"Authorization: Bearer \$\(cat /\S+/vllm_api_key\)\"", out), out[-3000:]

@@ -7,7 +7,8 @@
 - A firewall table deleted on a node fails `status.yml` naming the node, and the next deploy loads it again on that
   node only, restarting nothing (Docker requires the firewall unit: molecule/node_firewall shows it failing closed).
 - No secret (API key, Ray token, Hugging Face token) in `ps`, `docker inspect` of every container, the play's output,
-  the journal or any container's log on any node; the files that hold them are 0600 root.
+  the journal or any container's log on any node; the files that hold them are 0600 root; the API key is in no
+  process's environment, and no other process (the Ray head's container shares the PID namespace) reads the server's.
 Under mp (DGXSPARK_LAB_BACKEND=mp) the same, with vLLM's rendezvous port in place of Ray's ports, no Ray token on any
 node, and each node's rank container holding what Ray's holds with Ray.
 
@@ -211,6 +212,25 @@ def test_no_secret_in_ps_inspect_journal_logs_or_the_play_output(lab, secrets, d
         found += ["%s in %s of %s" % (name, where, node)
                   for where, text in sources.items() for name, value in secrets.items() if value in text]
     assert not found, found
+
+
+def test_no_process_environment_holds_the_api_key_and_no_other_process_reads_the_servers(lab, secrets, deployed):
+    """Issue 49: vllm-serve.sh exported VLLM_API_KEY, which /proc/PID/environ showed to the Ray head's container (it
+    shares the host's PID namespace). Now the API guard reads the key's file itself and makes the API server non-dumpable."""
+    head = lab.host(HEAD)
+    # Every process the head shows, the engine core and Ray's workers included (the searching happens here).
+    environments = head.run("for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/environ 2>/dev/null; echo; done").stdout
+    assert secrets["vllm_api_key"] not in environments
+    assert not re.search(r"^VLLM_API_KEY=", environments, re.M)
+    # Another root process without CAP_SYS_PTRACE: the Ray head's container (same PID namespace), or under mp one
+    # started in the server's own container.
+    reader = RAY if BACKEND == "ray" else VLLM
+    server = head.check_output("docker exec %s pgrep -o -f 'bin/vllm serve '" % reader)
+    assert head.check_output("docker exec %s cat /proc/%s/cmdline" % (reader, server))  # the server, seen from there
+    for what in ("environ", "root/"):
+        result = head.run("docker exec %s ls -L /proc/%s/%s" % (reader, server, what) if what.endswith("/") else
+                          "docker exec %s head -c 64 /proc/%s/%s" % (reader, server, what))
+        assert result.rc != 0 and "Permission denied" in result.stderr, (reader, what, result.rc, result.stderr)
 
 
 def test_secret_files_are_0600_root(lab, deployed):

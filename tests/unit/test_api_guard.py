@@ -4,6 +4,8 @@ import asyncio
 import importlib.util
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -67,8 +69,10 @@ def call(path, method='GET', authorization=None, kind='http', root_path='', **gu
     ('/health/', 'GET', None, 401),
     ('//health', 'GET', None, 401),
     ('/healthz', 'GET', None, 401),
-    # CORS preflight passes to the app, as in vLLM's own middleware
-    ('/v1/models', 'OPTIONS', None, 200),
+    # OPTIONS is no way around the key (prometheus_client's /metrics answers any method); a CORS preflight is below
+    ('/metrics', 'OPTIONS', None, 401),
+    ('/v1/models', 'OPTIONS', None, 401),
+    ('/metrics', 'OPTIONS', 'Bearer ' + KEY, 200),
 ])
 def test_every_route_but_the_open_ones_needs_the_key(path, method, authorization, expected):
     status, seen = call(path, method, authorization)
@@ -107,15 +111,92 @@ def test_lifespan_passes_through():
     assert passed == ['lifespan']
 
 
-def test_open_paths_and_key_come_from_the_environment(monkeypatch):
-    monkeypatch.setenv('VLLM_API_KEY', KEY)
+def test_open_paths_come_from_the_environment_and_the_key_from_its_file_in_a_process_made_non_dumpable(monkeypatch, tmp_path):
+    key_file = tmp_path / 'vllm_api_key'
+    key_file.write_text(KEY + '\n')
+    monkeypatch.setenv('DGXSPARK_API_KEY_FILE', str(key_file))
     monkeypatch.setenv('DGXSPARK_API_OPEN_PATHS', '["/health", "/metrics"]')
+    monkeypatch.setenv('VLLM_API_KEY', 'not-this-one')  # never read: the key's file is the one source
+    made = []
+    monkeypatch.setattr(guard, '_not_dumpable', lambda: made.append(True))
     assert call('/metrics', api_key=None)[0] == 200
     assert call('/tokenize', 'POST', api_key=None)[0] == 401
     assert call('/tokenize', 'POST', 'Bearer ' + KEY, api_key=None)[0] == 200
+    assert call('/tokenize', 'POST', 'Bearer not-this-one', api_key=None)[0] == 401
+    assert made == [True, True, True, True]
 
 
-def test_no_key_refuses_to_start(monkeypatch):
-    monkeypatch.delenv('VLLM_API_KEY', raising=False)
-    with pytest.raises(RuntimeError, match='VLLM_API_KEY is empty'):
+@pytest.mark.parametrize('key_file, error', [
+    (None, 'DGXSPARK_API_KEY_FILE is not set; refusing to serve without the API key'),
+    ('missing', 'cannot be read (No such file or directory); refusing to serve without the API key'),
+    ('empty', 'the API key is empty; refusing to serve without it'),
+])
+def test_no_key_refuses_to_start(monkeypatch, tmp_path, key_file, error):
+    monkeypatch.setenv('VLLM_API_KEY', KEY)  # not a source any more
+    monkeypatch.setattr(guard, '_not_dumpable', lambda: None)
+    if key_file is None:
+        monkeypatch.delenv('DGXSPARK_API_KEY_FILE', raising=False)
+    else:
+        path = tmp_path / key_file
+        if key_file == 'empty':
+            path.write_text('\n')
+        monkeypatch.setenv('DGXSPARK_API_KEY_FILE', str(path))
+    with pytest.raises(RuntimeError, match=error.replace('(', r'\(').replace(')', r'\)')):
         guard.KeyOnEveryRoute(None)
+
+
+def test_a_key_of_any_characters_is_compared_as_the_utf8_bytes_the_client_sends():
+    key = 'clé-ünïcode-ключ'
+    bearer = ('Bearer ' + key).encode('utf-8').decode('latin-1')  # call() sends the header's bytes as latin-1 text
+    assert call('/v1/models', authorization=bearer, api_key=key)[0] == 200
+    assert call('/v1/models', authorization='Bearer cle-unicode', api_key=key)[0] == 401
+
+
+def test_the_process_that_holds_the_key_is_made_non_dumpable():
+    script = ('import importlib.util, sys\n'
+              'spec = importlib.util.spec_from_file_location("g", sys.argv[1]); g = importlib.util.module_from_spec(spec)\n'
+              'spec.loader.exec_module(g)\n'
+              'import ctypes; libc = ctypes.CDLL(None); print(libc.prctl(3, 0, 0, 0, 0), end=" ")\n'  # PR_GET_DUMPABLE
+              'g._not_dumpable(); print(libc.prctl(3, 0, 0, 0, 0))\n')
+    out = subprocess.run([sys.executable, '-c', script, _SPEC.origin], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ['1', '0'], out
+
+
+def test_a_cors_preflight_without_the_key_gets_the_answers_headers_and_no_body():
+    # The app stands for prometheus_client's /metrics, which answers any method with the metrics (issue 49).
+    sent, seen = [], []
+
+    async def metrics_app(scope, receive, send):
+        seen.append(scope['method'])
+        await send({'type': 'http.response.start', 'status': 200,
+                    'headers': [(b'content-length', b'26'), (b'access-control-allow-origin', b'*')]})
+        await send({'type': 'http.response.body', 'body': b'vllm:num_requests_running', 'more_body': True})
+        await send({'type': 'http.response.body', 'body': b' 0', 'more_body': False})
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {'type': 'http', 'method': 'OPTIONS', 'path': '/metrics', 'root_path': '',
+             'headers': [(b'Origin', b'https://app.example'), (b'Access-Control-Request-Method', b'GET')]}
+    asyncio.run(guard.KeyOnEveryRoute(metrics_app, api_key=KEY)(scope, None, send))
+    assert seen == ['OPTIONS']
+    assert sent[0]['status'] == 200 and dict(sent[0]['headers']) == {b'access-control-allow-origin': b'*', b'content-length': b'0'}
+    assert [m['body'] for m in sent[1:]] == [b'']
+
+
+@pytest.mark.parametrize('headers', [
+    [(b'origin', b'https://app.example')],  # no Access-Control-Request-Method: not a preflight
+    [(b'access-control-request-method', b'GET')],  # no Origin: vLLM's CORS middleware hands it to the route
+])
+def test_an_options_request_that_is_not_a_preflight_needs_the_key(headers):
+    sent = []
+
+    async def send(message):
+        sent.append(message)
+
+    async def app(scope, receive, send):
+        raise AssertionError('reached the app')
+
+    scope = {'type': 'http', 'method': 'OPTIONS', 'path': '/metrics', 'headers': headers}
+    asyncio.run(guard.KeyOnEveryRoute(app, api_key=KEY)(scope, None, send))
+    assert sent[0]['status'] == 401

@@ -32,8 +32,18 @@ def entry(rel, data, **override):
     return value
 
 
+def relay_module():
+    sys.path.insert(0, os.path.dirname(RELAY))
+    try:
+        import distribute_relay  # pylint: disable=import-outside-toplevel
+    finally:
+        sys.path.pop(0)
+    return distribute_relay
+
+
 def tar_stream(source, paths):
-    return subprocess.run(['tar', '-C', str(source), '--null', '--files-from=-', '-cf', '-'],
+    """The head's own tar of a lane (distribute_relay.tar_argv)."""
+    return subprocess.run(relay_module().tar_argv(str(source)),
                           input=b''.join(p.encode() + b'\0' for p in paths), stdout=subprocess.PIPE, check=True).stdout
 
 
@@ -77,6 +87,24 @@ def test_a_node_keeps_exactly_the_files_it_lacks_with_the_source_mtime(tmp_path,
         assert os.stat(dest / rel).st_mtime_ns == MTIME_NS
     assert progress['status'] == 'done' and progress['bytes'] == progress['total'] == len(stream)
     assert not (dest / '.dgxspark-partial').exists() or not any((dest / '.dgxspark-partial').rglob('*.safetensors'))
+
+
+def test_a_snapshot_of_links_into_a_blob_store_arrives_as_its_files(tmp_path):
+    """huggingface_hub 1.32 and later keeps a snapshot's files as links into blobs/ beside it (sparkrun #299/#300): a
+    copy that keeps the links would give the nodes dangling links; the head's tar sends what they point to."""
+    blobs = tmp_path / 'hub' / 'blobs'
+    snapshot = tmp_path / 'hub' / 'snapshots' / 'rev'
+    for rel, data in FILES.items():
+        blob = blobs / hashlib.sha256(data).hexdigest()
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        blob.write_bytes(data)
+        (snapshot / rel).parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(os.path.relpath(str(blob), str((snapshot / rel).parent)), str(snapshot / rel))
+    proc, dest, progress = receive(tmp_path, tar_stream(snapshot, sorted(FILES)), [entry(rel, FILES[rel]) for rel in sorted(FILES)])
+    assert proc.returncode == 0, proc.stderr
+    assert progress['status'] == 'done'
+    for rel, data in FILES.items():
+        assert not os.path.islink(str(dest / rel)) and (dest / rel).read_bytes() == data
 
 
 @pytest.mark.parametrize('override, message', [

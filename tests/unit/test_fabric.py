@@ -587,7 +587,9 @@ def test_nccl_readiness_needs_two_nodes():
 ])
 def test_nccl_argv(host, env, expected_env):
     argv = nccl_argv(PLAN, host, 'vllm:x', ['--gpus=all', '--network=host'], 29533, 'all_gather', 8589934592, env=env)
-    assert argv == (['docker', 'run', '--rm', '-i', '--name', NCCL_CONTAINER_NAME, '--gpus=all', '--network=host']
+    # issue 49: the helper is hardened as the serving containers are, whatever docker_args the inventory gives
+    assert argv == (['docker', 'run', '--rm', '-i', '--name', NCCL_CONTAINER_NAME, '--cap-drop=ALL', '--cap-add=IPC_LOCK',
+                     '--security-opt=no-new-privileges', '--gpus=all', '--network=host']
                     + ['--env=' + e for e in expected_env] + ['vllm:x', 'python3', '-'])
 
 

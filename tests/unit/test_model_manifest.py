@@ -217,3 +217,65 @@ def test_a_copy_the_distribution_makes_is_marked_as_its_own_and_the_mark_is_not_
     assert (node / COPY_MARK).exists() != existed
     make_model(node, SHARDS)
     assert compare(str(node), manifest)['missing'] == [] and compare(str(node), manifest)['wrong'] == []
+
+
+def hf_cache_entry(tmp_path):
+    """A Hugging Face cache entry as huggingface_hub 1.32 and later lays it out (sparkrun #299/#300): the snapshot's files
+    are relative links into blobs/ (named by the content's sha256, as the Hub names LFS blobs), refs/main names the
+    revision."""
+    entry = tmp_path / 'hub' / 'models--org--tiny'
+    contents = {'config.json': b'{"model_type": "qwen3"}', 'model.safetensors': os.urandom(4096),
+                'tokenizer/vocab.json': b'{"a": 1}'}
+    for rel, data in contents.items():
+        blob = entry / 'blobs' / hashlib.sha256(data).hexdigest()
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        blob.write_bytes(data)
+        link = entry / 'snapshots' / ('0' * 40) / rel
+        link.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(os.path.relpath(str(blob), str(link.parent)), str(link))
+    (entry / 'refs').mkdir()
+    (entry / 'refs' / 'main').write_text('0' * 40)
+    return entry, contents
+
+
+def test_a_snapshot_directory_of_links_into_the_blob_store_is_described_by_its_files_content(tmp_path):
+    entry, contents = hf_cache_entry(tmp_path)
+    snapshot = entry / 'snapshots' / ('0' * 40)
+    manifest, hashed = build(str(snapshot), None)
+    # Every link leaves the snapshot directory: each is the file it points to, with that file's content hash.
+    assert manifest['links'] == []
+    assert dict((f['path'], (f['size'], f['sha256'])) for f in manifest['files']) == dict(
+        (rel, (len(data), hashlib.sha256(data).hexdigest())) for rel, data in contents.items())
+    assert sorted(hashed) == sorted(contents)
+    # A node that received the files (regular files, as the relay writes them) matches the manifest.
+    copy = tmp_path / 'node'
+    for rel, data in contents.items():
+        (copy / rel).parent.mkdir(parents=True, exist_ok=True)
+        (copy / rel).write_bytes(data)
+        info = next(f for f in manifest['files'] if f['path'] == rel)
+        os.utime(str(copy / rel), ns=(info['mtime_ns'], info['mtime_ns']))
+    diff = compare(str(copy), manifest)
+    assert (diff['missing'], diff['wrong'], diff['links_to_fix']) == ([], [], [])
+
+
+def test_the_cache_entry_itself_keeps_its_links_and_sends_only_the_blobs(tmp_path):
+    entry, contents = hf_cache_entry(tmp_path)
+    manifest, _hashed = build(str(entry), None)
+    assert sorted(f['path'] for f in manifest['files']) == sorted(
+        ['blobs/' + hashlib.sha256(data).hexdigest() for data in contents.values()] + ['refs/main'])
+    assert sorted(link['path'] for link in manifest['links']) == sorted('snapshots/%s/%s' % ('0' * 40, rel) for rel in contents)
+
+
+def test_a_link_to_a_blob_that_is_gone_is_refused_with_the_fix(tmp_path):
+    entry, contents = hf_cache_entry(tmp_path)
+    os.remove(str(entry / 'blobs' / hashlib.sha256(contents['config.json']).hexdigest()))
+    with pytest.raises(ManifestError, match=r'config.json in the model directory .* is a link to .*, which does not exist: the '
+                                            r'model is incomplete .* download it again'):
+        build(str(entry / 'snapshots' / ('0' * 40)), None)
+
+
+def test_a_link_to_a_directory_outside_is_refused(tmp_path):
+    entry, _contents = hf_cache_entry(tmp_path)
+    os.symlink(str(entry / 'blobs'), str(entry / 'snapshots' / ('0' * 40) / 'more'))
+    with pytest.raises(ManifestError, match=r'more in the model directory .* is a link to the directory .*blobs, outside it'):
+        build(str(entry / 'snapshots' / ('0' * 40)), None)

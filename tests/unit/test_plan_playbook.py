@@ -202,6 +202,18 @@ def test_plan_refuses_remote_code_from_a_branch():
     assert 'Model revision: ' + '0' * 40 in accepted.stdout
 
 
+def test_plan_refuses_remote_code_switched_on_in_the_extra_args_at_a_branch():
+    """Issue 49: trust_remote_code given through vllm_container_extra_args runs the repository's Python as a profile's does."""
+    extra = '{"vllm_container_extra_args": {"trust_remote_code": true}}'
+    result = run_plan('inventories/4node', '-e', extra, playbook='deploy-397b.yml')
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    assert ("vllm_container_extra_args sets trust_remote_code, so vLLM runs the Python files of Qwen/Qwen3.5-397B-A17B-FP8 "
+            "as root in every serving container, but the model revision is 'main'") in output, output
+    accepted = run_plan('inventories/4node', '-e', extra, '-e', 'dgxspark_model_revision=' + '1' * 40, playbook='deploy-397b.yml')
+    assert accepted.returncode == 0, accepted.stdout + accepted.stderr
+
+
 def test_plan_names_the_host_of_a_misspelled_host_variable(tmp_path):
     """A second inventory source adds a variable to one node only: the problem names that node."""
     extra = tmp_path / 'extra.yml'
@@ -415,3 +427,12 @@ def test_a_serving_input_the_controller_cannot_resolve_is_refused_by_name():
     assert result.returncode != 0
     assert 'vllm_container_image cannot be resolved on the controller on spark-alpha, spark-beta, spark-gamma, spark-delta' in output, output[-3000:]
     assert 'The serving commands cannot be planned for the inventory' in output
+
+
+def test_plan_refuses_an_api_key_from_the_docs_without_printing_it():
+    """Issue 49: vLLM's docs' example key (token-abc123) is known to everyone who read them."""
+    result = run_plan('inventories/4node', '-e', 'vllm_container_api_key=token-abc123', playbook='deploy-397b.yml')
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    assert 'vllm_container_api_key (on spark-alpha) is an example key from documentation' in output, output
+    assert 'token-abc123' not in output.replace('vllm_container_api_key=token-abc123', '')

@@ -133,6 +133,13 @@ def say_ready():
     sys.stdout.buffer.flush()
 
 
+def tar_argv(directory):
+    """The head's GNU tar of one lane, its files' paths NUL-separated on stdin. Only files are sent (the manifest's copy
+    step makes the links): a file that is a link out of the directory (a Hugging Face snapshot's, into the cache's
+    blobs/) goes as the content it points to."""
+    return ['tar', '-C', directory, '--dereference', '--null', '--files-from=-', '-cf', '-']
+
+
 def start_forward(args, lane, lanes, upstream_here):
     """The next node's model relay for this lane (see connect_next)."""
     if not args.chain:
@@ -198,7 +205,7 @@ def send_model(args):
         upstream_here, chain = chains[index][0], chains[index][1:]
         lane_args = argparse.Namespace(**dict(vars(args), chain=chain, total=sizes[index]))
         progress = LaneProgress(args.progress, order, len(used))
-        tar = subprocess.Popen(['tar', '-C', args.dir, '--null', '--files-from=-', '-cf', '-'], stdin=subprocess.PIPE,
+        tar = subprocess.Popen(tar_argv(args.dir), stdin=subprocess.PIPE,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         tar.stdin.write(b''.join(p.encode() + b'\0' for p in lanes[index]))
         tar.stdin.close()

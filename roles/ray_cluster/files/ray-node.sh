@@ -36,4 +36,35 @@ if [ "$role" = worker ]; then
     echo "ray-node.sh: the Ray head at $head answers; joining"
 fi
 
-exec ray start "$@"
+# Ray gives a starting node 30 s (a constant of its node.py) to register with the GCS. A head or a machine too busy to
+# answer in time makes `ray start` fail at once ("The current node timed out during startup"; seen on a worker of the
+# 2-core lab while the first deploy ran beside the checks), and the container would stop for good. A start that fails
+# within DGXSPARK_RAY_START_WINDOW_S (120) is tried again, up to DGXSPARK_RAY_START_ATTEMPTS times (3) in all, once
+# `ray stop --force` has removed what it left; a node that ran longer, or a stop (TERM, forwarded to Ray, which drains),
+# ends the container with Ray's own status, for the supervisor to see.
+attempts=${DGXSPARK_RAY_START_ATTEMPTS:-3}
+window=${DGXSPARK_RAY_START_WINDOW_S:-120}
+child=""
+stopping=""
+trap 'stopping=1; [ -z "$child" ] || kill -TERM "$child" 2>/dev/null' TERM INT
+attempt=1
+while :; do
+    started=$SECONDS
+    ray start "$@" &
+    child=$!
+    # wait returns early when a trapped signal arrives: wait again until Ray itself has exited.
+    rc=0
+    wait "$child" || rc=$?
+    while kill -0 "$child" 2>/dev/null; do
+        rc=0
+        wait "$child" || rc=$?
+    done
+    child=""
+    ran=$((SECONDS - started))
+    if [ "$rc" -eq 0 ] || [ -n "$stopping" ] || [ "$ran" -ge "$window" ] || [ "$attempt" -ge "$attempts" ]; then
+        exit "$rc"
+    fi
+    echo "ray-node.sh: ray start failed after ${ran}s (exit code $rc, attempt $attempt of $attempts): trying again" >&2
+    ray stop --force >/dev/null 2>&1 || true
+    attempt=$((attempt + 1))
+done

@@ -7,8 +7,8 @@
 # 2. with Ray, waits until the Ray cluster can place the engine's GPUs at once (dgxspark_ray_ready.py: the same ready nodes at
 #    two polls, none draining or listed twice; for up to DGXSPARK_SETTLE_S, 60 s, none listed alive without answering):
 #    a placement group made while a worker restarts can wait forever (seen in the lab with Ray 2.60);
-# 3. reads the API key (and nothing else secret) from the mounted 0600 file, so it never appears in argv,
-#    `docker inspect` or the log;
+# 3. checks that the API key's mounted 0600 file is there (the API guard reads it; the key is never in argv, an
+#    environment, `docker inspect` or the log);
 # 4. puts the API guard on PYTHONPATH (vLLM imports it for --middleware) and becomes vllm; a headless rank of mp becomes
 #    dgxspark_rank_watch.py with vllm as its child (DGXSPARK_RANK_WATCH: rank 0's rendezvous, HOST:PORT).
 # Before all this it checks and applies the model profile's patches, when it has any. Docker's restart policy starts it
@@ -27,15 +27,12 @@ if [ "${DGXSPARK_EXECUTOR:-ray}" = ray ]; then
     python3 "${DGXSPARK_PYTHON_DIR:?DGXSPARK_PYTHON_DIR is not set}/dgxspark_ray_ready.py" "$need" "${DGXSPARK_SETTLE_S:-60}" || exit 1
 fi
 
-if [ -n "${DGXSPARK_API_KEY_FILE:-}" ]; then
-    if [ ! -s "$DGXSPARK_API_KEY_FILE" ]; then
-        echo "vllm-serve.sh: the API key file $DGXSPARK_API_KEY_FILE is missing or empty" >&2
-        exit 1
-    fi
-    VLLM_API_KEY=$(cat "$DGXSPARK_API_KEY_FILE")
-    export VLLM_API_KEY
+# The API guard (--middleware dgxspark_api_guard.KeyOnEveryRoute) reads the key from its file itself: the key is in no
+# process's environment (where /proc/PID/environ shows it to the host's PID namespace), and vLLM's own check is not used.
+if [ -n "${DGXSPARK_API_KEY_FILE:-}" ] && [ ! -s "$DGXSPARK_API_KEY_FILE" ]; then
+    echo "vllm-serve.sh: the API key file $DGXSPARK_API_KEY_FILE is missing or empty" >&2
+    exit 1
 fi
-# The API guard (--middleware dgxspark_api_guard.KeyOnEveryRoute: the key on every route, not only /v1).
 export PYTHONPATH="$DGXSPARK_PYTHON_DIR${PYTHONPATH:+:$PYTHONPATH}"
 # A headless rank (mp) under its watch: it ends when rank 0's rendezvous is gone (vLLM #32136), and Docker starts it again.
 if [ -n "${DGXSPARK_RANK_WATCH:-}" ]; then
