@@ -5,10 +5,11 @@
 rail's netdev MTU allows. A port left at 1024 while the netdev has 9000 roughly halved prefill on a Spark cluster
 (0xSero/local-ai-registry #55): every RDMA message is cut into four times as many packets, and nothing else shows it.
 
-The kernel gives a RoCE port the largest InfiniBand MTU (256, 512, 1024, 2048, 4096) that fits in the netdev's MTU less
-the RoCE v2 headers (iboe_get_mtu in include/rdma/ib_addr.h: GRH 40, UDP 8, BTH 12, XRC 4, AtomicETH 28, ICRC 4 = 96
-bytes): 9000 and 4200 give 4096, 1500 gives 1024. The port follows the netdev it is bound to: a lower active_mtu means that netdev kept a smaller MTU (on a Spark
-each CX-7 port has two netdevs and two RDMA devices; one left at 1500 gives its device 1024).
+The kernel gives a RoCE port the largest InfiniBand MTU (256, 512, 1024, 2048, 4096) that fits in the netdev's MTU
+less the RoCE v2 headers (iboe_get_mtu in include/rdma/ib_addr.h: GRH 40, UDP 8, BTH 12, XRC 4, AtomicETH 28, ICRC 4:
+96 bytes): 9000 and 4200 give 4096, 1500 gives 1024. The port follows the netdev it is bound to: a lower active_mtu
+means that netdev kept a smaller MTU (on a Spark each CX-7 port has two netdevs and two RDMA devices; one left at 1500
+gives its device 1024).
 """
 
 from __future__ import annotations
