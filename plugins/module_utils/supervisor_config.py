@@ -22,7 +22,7 @@ class SupervisorConfigError(ValueError):
 
 def supervisor_config(plan, settings):
     """The JSON the supervisor reads. settings: rank_container, engine_container, the core's figures (interval_s,
-    deadline_s, failures_to_restart, grace_s, stall_s, budget_restarts, budget_window_s, memory_wait_s), url,
+    deadline_s, failures_to_restart, grace_s, stall_s, frozen_s, budget_restarts, budget_window_s, memory_wait_s), url,
     api_key_file, model, state_dir, node_ctl, ssh (key, known_hosts), memory_needed_gib (None: the plan's)."""
     nodes = sorted(plan.get('nodes') or [], key=lambda node: node['rank'])
     if not nodes or nodes[0]['host'] != plan.get('head'):
@@ -53,7 +53,7 @@ def supervisor_config(plan, settings):
         group = [{'node': node['host'], 'container': settings['rank_container']} for node in nodes]
     group.append({'node': plan['head'], 'container': settings['engine_container'], 'engine': True})
     config = dict((key, settings[key]) for key in ('url', 'api_key_file', 'model', 'state_dir', 'node_ctl', 'ssh'))
-    for key in ('interval_s', 'deadline_s', 'failures_to_restart', 'grace_s', 'stall_s', 'budget_restarts',
+    for key in ('interval_s', 'deadline_s', 'failures_to_restart', 'grace_s', 'stall_s', 'frozen_s', 'budget_restarts',
                 'budget_window_s', 'memory_wait_s'):
         try:
             config[key] = int(settings[key])

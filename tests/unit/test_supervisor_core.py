@@ -16,7 +16,7 @@ _SPEC.loader.exec_module(core)
 GIB = 1024 * 1024
 GROUP = [{"node": "spark-alpha", "container": "dgxspark-ray"}, {"node": "spark-beta", "container": "dgxspark-ray"},
          {"node": "spark-alpha", "container": "dgxspark-vllm", "engine": True}]
-CONFIG = {"interval_s": 30, "deadline_s": 30, "failures_to_restart": 3, "grace_s": 3600, "stall_s": 900,
+CONFIG = {"interval_s": 30, "deadline_s": 30, "failures_to_restart": 3, "grace_s": 3600, "stall_s": 900, "frozen_s": 300,
           "budget_restarts": 3, "budget_window_s": 3600, "memory_wait_s": 600,
           "memory_needed_kib": {"spark-alpha": 100 * GIB, "spark-beta": 90 * GIB}, "group": GROUP}
 OK = {"ok": True, "latency_s": 0.2, "error": ""}
@@ -37,12 +37,13 @@ def nodes(stopped=(), unreachable=(), missing=(), mem=None, exit_code=0):
     return seen
 
 
-def look(now, probe="ok", paused=False, started=None, log_age=None, **node_state):
+def look(now, probe="ok", paused=False, started=None, log_age=None, load=None, **node_state):
     """probe: "ok" (a token), None (not probed) or a failed probe; started: the engine container's start time; None:
-    the one it has (run() fills it in)."""
+    the one it has (run() fills it in); load: (running, waiting, tokens) from the engine's /metrics, None: not read."""
     probe = OK if probe == "ok" else probe
     return {"now": now, "probe": probe, "paused": paused, "nodes": nodes(**node_state), "engine_started_at": started,
-            "last_log_age_s": log_age}
+            "last_log_age_s": log_age,
+            "load": dict(zip(("running", "waiting", "tokens"), load)) if load is not None else None}
 
 
 def stopped_group(seen):
@@ -111,6 +112,25 @@ RESTARTED = ("starting", "stop+start")
     ("the stall does not count once the engine serves",
      [look(30), look(60, log_age=5000)],
      [("serving", None), ("serving", None)]),
+    # A deadlock that looks healthy (eugr/spark-vllm-docker #260): requests run, the token counter stands still. The
+    # probe's own request waits behind them, so it is the load that tells.
+    ("requests that run for frozen_s with no new token restart the group, whatever the probe says",
+     [look(30, load=(0, 0, 500)), look(60, "ok", load=(4, 0, 900)), look(90, None, load=(4, 0, 900)),
+      look(330, NO_TOKEN, load=(4, 2, 900)), look(360, NO_TOKEN, load=(4, 3, 900))],
+     [("serving", None)] * 4 + [RESTARTED]),
+    ("a busy engine whose probe waits behind the others is not restarted while tokens come",
+     [look(30, load=(8, 20, 100))] + [look(60 + 30 * i, NO_TOKEN, load=(8, 20, 200 + 100 * i)) for i in range(6)],
+     [("serving", None)] * 7),
+    ("tokens that stop while the probe fails count the probes again",
+     [look(30, load=(8, 20, 100)), look(60, NO_TOKEN, load=(8, 20, 200)), look(90, NO_TOKEN, load=(8, 20, 200)),
+      look(120, NO_TOKEN, load=(8, 20, 200)), look(150, NO_TOKEN, load=(8, 20, 200))],
+     [("serving", None)] * 4 + [RESTARTED]),
+    ("no request running is idle, not frozen, however long the counter stands",
+     [look(30 + 300 * i, load=(0, 0, 42)) for i in range(5)],
+     [("serving", None)] * 5),
+    ("a load that cannot be read changes nothing: the probes decide",
+     [look(30, load=(4, 0, 10)), look(400, None), look(430, "ok", load=(4, 0, 10)), look(460, None, load=(4, 0, 10))],
+     [("serving", None)] * 4),
 ])
 def test_scenario(name, looks, expected):
     trace, _state = run(looks)
@@ -210,6 +230,7 @@ def test_the_last_probe_is_kept_for_the_report():
 @pytest.mark.parametrize("change, message", [
     ({"interval_s": 0}, "interval_s must be a number above 0, got 0"),
     ({"grace_s": "1h"}, "grace_s must be a number above 0, got '1h'"),
+    ({"frozen_s": 0}, "frozen_s must be a number above 0, got 0"),
     ({"budget_restarts": -1}, "budget_restarts must be an integer of 0 or more, got -1"),
     ({"budget_restarts": True}, "budget_restarts must be an integer of 0 or more, got True"),
     ({"group": []}, "group must list the containers to restart, in start order"),
@@ -226,3 +247,25 @@ def test_a_bad_configuration_is_named(change, message):
 def test_a_missing_key_is_named_and_the_defaults_are_usable():
     assert core.check_config(dict((k, v) for k, v in CONFIG.items() if k != "stall_s")) == ["missing key 'stall_s'"]
     assert core.check_config(CONFIG) == []
+
+
+def test_a_new_engine_s_counter_from_zero_starts_the_frozen_count_anew():
+    """After the supervisor's own restart the engine's counter starts again from 0: that is no standing counter."""
+    trace, state = run([look(30, load=(2, 0, 5000)), look(60, NO_TOKEN, load=(2, 0, 5000)), look(90, NO_TOKEN, load=(2, 0, 5000)),
+                        look(120, NO_TOKEN, load=(2, 0, 5000))])
+    assert trace[-1] == RESTARTED and state["load"] == {}
+    trace, state = run([look(3800, load=(2, 0, 3)), look(3830, load=(2, 0, 3))], state=state)
+    assert trace == [("serving", None)] * 2 and state["load"]["still_since"] == 3800
+
+
+def test_the_hang_is_named_with_the_requests_and_the_counter():
+    _trace, state = run([look(30, load=(3, 1, 77)), look(200, load=(3, 1, 77)), look(340, NO_TOKEN, load=(3, 1, 77))])
+    assert state["last_problem"] == ("3 requests have run for 310 s with no token generated (the engine's token counter "
+                                     "stands at 77): the engine is hung, though it may answer /health")
+
+
+def test_a_probe_that_waited_behind_a_busy_engine_says_so():
+    _trace, state = run([look(30, load=(8, 20, 100)), look(60, NO_TOKEN, load=(8, 20, 164))])
+    assert state["failures"] == 0
+    assert state["reason"] == ("the probe got no token in time (no answer within 30 s), but the engine generated 64 tokens "
+                               "since the last look (8 requests running, 20 waiting): busy, not hung")

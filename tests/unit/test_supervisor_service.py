@@ -6,6 +6,7 @@ import importlib.util
 import io
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -30,6 +31,7 @@ KEY = "sk-supervisor-test-key"
 
 class _Engine(http.server.BaseHTTPRequestHandler):
     mode = "ok"
+    metrics = None  # the text of GET /metrics; None: not served (404)
 
     def do_POST(self):  # noqa: N802  (http.server's name)
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -48,6 +50,17 @@ class _Engine(http.server.BaseHTTPRequestHandler):
             self.wfile.write(answer)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the probe gave up first (the "hang" mode)
+
+    def do_GET(self):  # noqa: N802  (http.server's name)
+        if self.path != "/metrics" or self.headers.get("Authorization") != "Bearer " + KEY or _Engine.metrics is None:
+            self.send_response(401 if self.path == "/metrics" and _Engine.metrics is not None else 404)
+            self.end_headers()
+            return
+        body = _Engine.metrics.encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
     def log_message(self, *args):
         pass
@@ -192,7 +205,7 @@ def group(tmp_path, engine_url, key_file):
     # look is a Python process started here: on a machine whose run queue reached 119 (a full run beside a lab), one took
     # over the 20 s a look gets by default, and the node counted as unreachable; the simulated nodes get 600 s.
     config = {"interval_s": 30, "deadline_s": 1.0, "look_timeout_s": 600, "failures_to_restart": 2, "grace_s": 60, "stall_s": 900,
-              "budget_restarts": 2, "budget_window_s": 3600, "memory_wait_s": 600,
+              "frozen_s": 120, "budget_restarts": 2, "budget_window_s": 3600, "memory_wait_s": 600,
               "memory_needed_kib": {"alpha": 100 * 1024 * 1024, "beta": 100 * 1024 * 1024},
               "group": [{"node": "alpha", "container": "ray"}, {"node": "beta", "container": "ray"},
                         {"node": "alpha", "container": "vllm", "engine": True}],
@@ -343,3 +356,59 @@ def test_ssh_command_keeps_one_connection_per_node_in_the_state_directory():
     assert options["ControlMaster"] == "auto" and options["ControlPath"] == "/var/lib/dgxspark/supervisor/ssh-%C"
     assert int(options["ServerAliveInterval"]) * int(options["ServerAliveCountMax"]) <= 15
     assert argv[-2:] == ["root@10.0.0.2", "look"]
+
+
+METRICS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "supervisor")
+
+
+def recorded_metrics(name, running=None, tokens=None):
+    """A recorded /metrics of the lab's vLLM 0.32 (tests/unit/fixtures/supervisor/README.md), its figures changed."""
+    with open(os.path.join(METRICS, name)) as handle:
+        text = handle.read()
+    if running is not None:
+        text = re.sub(r'^(vllm:num_requests_running\{[^}]*\}) \S+$', r'\g<1> %s' % running, text, flags=re.M)
+    if tokens is not None:
+        text = re.sub(r'^(vllm:generation_tokens_total\{[^}]*\}) \S+$', r'\g<1> %s' % tokens, text, flags=re.M)
+    return text
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("vllm_0.32_cpu_metrics_idle.txt", {"running": 0.0, "waiting": 0.0, "tokens": 47.0}),
+    ("vllm_0.32_cpu_metrics_busy.txt", {"running": 2.0, "waiting": 0.0, "tokens": 112.0}),
+])
+def test_the_load_is_read_from_vllms_own_metrics(name, expected):
+    # waiting_by_reason and generation_tokens_created are other series: not summed in
+    assert service.parse_load(recorded_metrics(name)) == expected
+
+
+def test_a_load_without_one_of_its_series_is_unknown():
+    text = recorded_metrics("vllm_0.32_cpu_metrics_busy.txt")
+    assert service.parse_load("\n".join(l for l in text.splitlines() if not l.startswith("vllm:num_requests_running"))) is None
+    assert service.parse_load("") is None
+
+
+def test_a_deadlocked_engine_is_restarted_though_its_probe_only_waits(group):
+    """Requests run, the token counter stands (eugr/spark-vllm-docker #260): the probe would wait behind them."""
+    _Engine.mode = "ok"
+    _Engine.metrics = recorded_metrics("vllm_0.32_cpu_metrics_busy.txt", running=4, tokens=900)
+    try:
+        assert group.step() is None  # serving, tokens at 900
+        group.clock_ref["now"] += 61
+        assert group.step() is None
+        group.clock_ref["now"] += 61  # 122 s with 4 requests running and no new token: frozen_s is 120
+        assert group.step()[0] == "start"
+        assert "restarting the group: 4 requests have run for 122 s with no token generated" in group.out_text()
+    finally:
+        _Engine.metrics = None
+
+
+def test_a_busy_engine_whose_probe_times_out_is_left_alone_while_tokens_come(group):
+    _Engine.mode = "hang"
+    try:
+        for index in range(4):
+            _Engine.metrics = recorded_metrics("vllm_0.32_cpu_metrics_busy.txt", running=8, tokens=100 + 50 * index)
+            group.clock_ref["now"] += 61
+            assert group.step() is None
+        assert group.state["failures"] == 0 and "busy, not hung" in group.state["reason"] and acts(group) == []
+    finally:
+        _Engine.metrics = None

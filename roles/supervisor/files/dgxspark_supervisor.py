@@ -6,8 +6,9 @@
                                                 with a fresh grace and budget
     dgxspark_supervisor.py report               the last report, as JSON
 
-Every interval it looks at the whole group: one completion of one token with the API key (read from its 0600 file at
-each probe, never logged) within a deadline; each node's serving containers and MemAvailable through
+Every interval it looks at the whole group: the engine's load (requests running and waiting, tokens generated: its
+/metrics) and one completion of one token with the API key (read from its 0600 file at each probe, never logged)
+within a deadline; each node's serving containers and MemAvailable through
 dgxspark_node_ctl.py (locally on the head, over SSH with the supervisor's own key elsewhere). It acts on the group as a
 whole: stop (the engine first), wait for memory, start in order (ranks, then the engine). Its report,
 <state_dir>/report.json, is what status.yml shows.
@@ -64,6 +65,41 @@ def probe(config):
     return {"ok": ok, "latency_s": round(time.time() - started, 3), "error": why}
 
 
+# The engine's load, from its /metrics (Prometheus text): what tells a busy engine from a hung one (the core says how).
+LOAD_METRICS = {"vllm:num_requests_running": "running", "vllm:num_requests_waiting": "waiting",
+                "vllm:generation_tokens_total": "tokens"}
+
+
+def parse_load(text):
+    """{running, waiting, tokens}, each summed over the engine's series, from vLLM's /metrics; None when one is missing."""
+    found = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name not in LOAD_METRICS:
+            continue
+        rest = line[line.rindex("}") + 1:] if "{" in line else line[len(name):]
+        try:
+            value = float(rest.split()[0])
+        except (IndexError, ValueError):
+            continue
+        found[LOAD_METRICS[name]] = found.get(LOAD_METRICS[name], 0.0) + value
+    return found if len(found) == len(LOAD_METRICS) else None
+
+
+def read_load(config):
+    """The engine's load from its /metrics with the key (the API guard covers it), or None when it cannot be read."""
+    try:
+        with open(config["api_key_file"]) as handle:
+            key = handle.read().strip()
+        request = urllib.request.Request(config["url"].rstrip("/") + "/metrics", headers={"Authorization": "Bearer " + key})
+        with urllib.request.urlopen(request, timeout=config["deadline_s"]) as response:
+            return parse_load(response.read().decode("utf-8", "replace"))
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+
+
 def node_command(config, node, words):
     """The argv that runs dgxspark_node_ctl.py with `words` on `node`: directly on the head, over SSH elsewhere."""
     target = config["nodes"][node]
@@ -115,8 +151,10 @@ def engine_view(config, nodes):
 def look(config, paused, now, resumed=False):
     nodes = look_nodes(config)
     container = engine_view(config, nodes)
+    serving = container.get("running") and not paused
     return {"now": now, "paused": paused, "resumed": resumed, "nodes": nodes,
-            "probe": probe(config) if container.get("running") and not paused else None,
+            "load": read_load(config) if serving else None,
+            "probe": probe(config) if serving else None,
             "engine_started_at": container.get("started_at") or None,
             "last_log_age_s": container.get("last_log_age_s")}
 

@@ -12,12 +12,17 @@ Phases: starting (the engine loads: a failed probe does not count, until its fir
 restarting (stopped, waiting for memory), gave_up, paused. Only a token proves that the engine works: `/health` and the containers' states are
 kept for the report, but a container that exited or a node that left counts at once, since the group cannot come back
 by itself (Docker no longer restarts the serving containers when the supervisor runs them).
+
+The engine's load (its /metrics: requests running and waiting, tokens generated) tells a busy engine from a hung one:
+a probe that got no token in time while tokens were generated since the last look waited behind other requests and
+does not count; requests that run for frozen_s with no token generated are a hang (a deadlock that looks healthy,
+eugr/spark-vllm-docker #260), whatever the probe says.
 """
 
 STARTING, SERVING, RESTARTING, GAVE_UP, PAUSED = "starting", "serving", "restarting", "gave_up", "paused"
 GIB = 1024 * 1024  # KiB per GiB (MemAvailable is in KiB)
 
-CONFIG_KEYS = ("interval_s", "deadline_s", "failures_to_restart", "grace_s", "stall_s", "budget_restarts",
+CONFIG_KEYS = ("interval_s", "deadline_s", "failures_to_restart", "grace_s", "stall_s", "frozen_s", "budget_restarts",
                "budget_window_s", "memory_wait_s", "memory_needed_kib", "group")
 
 
@@ -26,7 +31,7 @@ def check_config(config):
     errors = ["missing key %r" % key for key in CONFIG_KEYS if key not in config]
     if errors:
         return errors
-    for key in ("interval_s", "deadline_s", "failures_to_restart", "grace_s", "stall_s", "budget_window_s",
+    for key in ("interval_s", "deadline_s", "failures_to_restart", "grace_s", "stall_s", "frozen_s", "budget_window_s",
                 "memory_wait_s"):
         if not isinstance(config[key], (int, float)) or isinstance(config[key], bool) or config[key] <= 0:
             errors.append("%s must be a number above 0, got %r" % (key, config[key]))
@@ -53,7 +58,7 @@ def check_config(config):
 def new_state(now):
     """The state of a supervisor that just started: the group is taken as it is, with a fresh grace and budget."""
     return {"phase": STARTING, "since": now, "failures": 0, "restarts": [], "reason": "", "last_problem": "",
-            "memory": {}, "last_probe": None, "serving_since": None, "engine_started_at": None}
+            "memory": {}, "last_probe": None, "serving_since": None, "engine_started_at": None, "load": {}}
 
 
 def group_problem(config, seen):
@@ -104,7 +109,7 @@ def _restart(config, state, now, problem):
     """A restart is due because of `problem`: stop the group (then start it once memory allows), or give up when the
     budget is spent (the group is stopped too: a half group would hold memory and serve nothing)."""
     recent = restarts_in_window(config, state, now)
-    state.update(restarts=recent, last_problem=problem, failures=0, serving_since=None)
+    state.update(restarts=recent, last_problem=problem, failures=0, serving_since=None, load={})
     if len(recent) >= config["budget_restarts"]:
         state.update(phase=GAVE_UP, since=now, reason="the restart budget is spent (%d restarts in %d s); the last "
                      "problem: %s" % (len(recent), config["budget_window_s"], problem))
@@ -133,7 +138,8 @@ def decide(config, state, seen):
     """(next state, action or None) from the state and what was seen at `seen["now"]`:
     seen = {"now": s, "paused": bool, "resumed": bool (an operator asked to resume), "probe": {"ok": bool, "latency_s": s, "error": str} or None (not probed),
             "nodes": {...} (group_problem, memory_short), "engine_started_at": the engine container's start (str),
-            "last_log_age_s": seconds since the engine logged or loaded a shard (None when unknown)}."""
+            "last_log_age_s": seconds since the engine logged or loaded a shard (None when unknown),
+            "load": {"running", "waiting", "tokens"} from the engine's /metrics, or None (not read)}."""
     now = seen["now"]
     state = dict(state)
     if seen.get("probe") is not None:
@@ -158,7 +164,15 @@ def decide(config, state, seen):
     problem = group_problem(config, seen)
     if problem:
         return _restart(config, state, now, problem)
+    frozen, busy = _load_signs(config, state, seen.get("load"), now)
+    if frozen and state["phase"] == SERVING:
+        return _restart(config, state, now, frozen)
     probe = seen.get("probe") or {}
+    if not probe.get("ok") and busy and seen.get("probe") is not None:
+        # Tokens prove the engine works, as a probe's token would: the count of failed probes starts again.
+        state.update(failures=0, reason="the probe got no token in time (%s), but %s: busy, not hung" % (
+            probe.get("error") or "?", busy))
+        return state, None
     if probe.get("ok"):
         if state["phase"] != SERVING or not state.get("serving_since"):
             state["serving_since"] = now
@@ -180,6 +194,30 @@ def decide(config, state, seen):
         return _restart(config, state, now, why)
     state["reason"] = "probe %d of %d failed: %s" % (state["failures"], config["failures_to_restart"], error)
     return state, None
+
+
+def _load_signs(config, state, load, now):
+    """(why the engine is hung, or '', why it is busy, or '') from its load at this look and the last ones; keeps in
+    state["load"] the tokens seen and since when requests have run without a new one.
+    load: {"running", "waiting", "tokens"} from the engine's /metrics, or None when they could not be read."""
+    previous = state.get("load") or {}
+    if not load:
+        state["load"] = {}
+        return "", ""
+    grew = previous.get("tokens") is not None and load["tokens"] > previous["tokens"]
+    # A counter that moved either way (a new engine starts again from 0), or no request running, starts the count anew.
+    still = previous.get("tokens") == load["tokens"] and load["running"] > 0 and previous.get("still_since") is not None
+    still_since = previous["still_since"] if still else now
+    state["load"] = {"tokens": load["tokens"], "running": load["running"], "waiting": load["waiting"],
+                     "still_since": still_since}
+    if load["running"] > 0 and now - still_since >= config["frozen_s"]:
+        return ("%d requests have run for %d s with no token generated (the engine's token counter stands at %d): "
+                "the engine is hung, though it may answer /health" % (load["running"], now - still_since, load["tokens"]),
+                "")
+    if grew:
+        return "", "the engine generated %d tokens since the last look (%d requests running, %d waiting)" % (
+            load["tokens"] - previous["tokens"], load["running"], load["waiting"])
+    return "", ""
 
 
 def restarted(state, engine_started_at):
