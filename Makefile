@@ -8,11 +8,12 @@ INVENTORY ?= inventories/4node
 PYTEST := $(BIN)/pytest
 MOLECULE_SCENARIOS := $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 
-.PHONY: help setup system-deps run plan lint yamllint ansible-lint sanity unit \
+.PHONY: help setup setup-runtime system-deps run plan lint yamllint ansible-lint sanity unit \
 	build promtool bench-lab bench-network bench-deploy bench-distribute bench-serving bench-release bench-backends lab-up lab-down lab-status lab-test \
 	test-lab-mp test-lab-more molecule test clean
 
 help:
+	@echo "make setup-runtime - a controller's install: Ansible and the runtime packages in .venv/ (make setup adds the test tools)"
 	@echo "make run    - set everything up, bring up the 4-node virtual Spark lab and run the main job on it"
 	@echo "make test   - install what is needed and run every check and test (lab and molecule included)"
 	@echo "make plan INVENTORY=inventories/3node - print the cluster plan for an inventory (controller only)"
@@ -22,6 +23,10 @@ help:
 
 setup:
 	bash tools/setup.sh
+
+# A controller's install: Ansible and the runtime packages only (no linters, no test tools).
+setup-runtime:
+	bash tools/setup.sh runtime
 
 # Debian packages the checks need (shellcheck for ansible-test's shell checks).
 system-deps:
