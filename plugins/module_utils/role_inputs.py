@@ -93,6 +93,7 @@ BOUNDS = {
     'vllm_container_progress_interval': (1, None, 'seconds'),
     'distribute_progress_interval': (1, None, 'seconds'),
     'distribute_stall_timeout': (1, None, 'seconds'),
+    'distribute_ssh_key_lifetime_s': (600, None, 'seconds'),
     'distribute_timeout': (1, None, 'seconds'),
     'distribute_reserve_bytes': (0, None, 'bytes'),
     'fabric_check_ping_count': (1, None, 'a count'),

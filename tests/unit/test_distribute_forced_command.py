@@ -19,8 +19,9 @@ FIXED = {'relay': RELAY, 'ssh_key': '/etc/dgxspark/secrets/distribute_ed25519',
                       'model-recv': '/run/dgxspark/distribute/model.json'},
          'entries': '/run/dgxspark/distribute/model-entries.json',
          'model_dirs': ['/var/lib/dgxspark-lab/models/qwen3.5-397b-a17b-fp8'],
-         'rail_nets': ['192.168.100.0/24', '192.168.101.0/24']}
-IMAGE_ID = 'sha256:bb27666592f7addd4327f29d43b556e9f04dbae26d1dd3855c8f7bf720340d01'
+         'rail_nets': ['192.168.100.0/24', '192.168.101.0/24'],
+         'image_id': 'sha256:bb27666592f7addd4327f29d43b556e9f04dbae26d1dd3855c8f7bf720340d01'}
+IMAGE_ID = FIXED['image_id']
 SSH = argparse.Namespace(ssh_key=FIXED['ssh_key'], known_hosts=FIXED['known_hosts'], user='root',
                          cipher='aes128-gcm@openssh.com', ssh_port=22)
 
@@ -68,9 +69,12 @@ def test_the_last_node_of_a_chain_runs_too():
     (sent('model-recv', upstream='attacker.example'), "'attacker.example' is not an address on the rails"),
     ("python3 %s image --progress 'unterminated" % RELAY, 'unreadable request'),
     (sent('image', image_id='latest'), "--image-id must be sha256: and 64 hex digits, not 'latest'"),
+    # issue 49: a node that sends names another image (a re-tagged vllm/vllm-openai, a release's): refused
+    (sent('image', image_id='sha256:' + 'e' * 64), "only the head's image %s may be loaded with this key, not sha256:%s"
+     % (IMAGE_ID, 'e' * 64)),
 ], ids=['empty', 'a shell', 'another script', 'model-send', 'a command after', 'and a command', 'docker save over the key',
         'another key', 'another user', 'progress elsewhere', 'model dir elsewhere', 'entries elsewhere',
-        'chain off the rails', 'upstream a name', 'bad quoting', 'image id not a digest'])
+        'chain off the rails', 'upstream a name', 'bad quoting', 'image id not a digest', 'another image'])
 def test_anything_else_is_refused(original, words):
     with pytest.raises(relay.ForcedCommandError) as err:
         relay.forced_request(original, FIXED)
@@ -135,3 +139,8 @@ def test_another_image_is_not_loaded(tmp_path, monkeypatch):
     junk.write_bytes(b'not a tar at all' * 100)
     assert 'is not a docker save archive' in relay.load_verified(str(junk), IMAGE_ID)
     assert not ran  # docker load never ran
+
+
+def test_no_image_is_loaded_where_none_is_being_distributed():
+    with pytest.raises(relay.ForcedCommandError, match=r"only the head's image \(none: no image is being distributed\)"):
+        relay.forced_request(sent('image'), dict(FIXED, image_id=''))

@@ -445,7 +445,7 @@ class _Refusing(argparse.ArgumentParser):
 def forced_request(original, fixed):
     """The relay's arguments for SSH_ORIGINAL_COMMAND when it is what remote_relay() sends to a receiving node, with
     the paths this node fixed (``fixed``: relay, ssh_key, known_hosts, user, progress {kind: path}, entries,
-    model_dirs, rail_nets); else
+    model_dirs, rail_nets, image_id: the head's image, the only one it loads); else
     ForcedCommandError naming what is refused. Nothing of the request reaches a shell."""
     import ipaddress  # pylint: disable=import-outside-toplevel
     try:
@@ -474,6 +474,11 @@ def forced_request(original, fixed):
         raise ForcedCommandError('--source (docker save) runs only where the chain starts, never over this key')
     if args.kind == 'image' and not IMAGE_ID_RE.match(args.image_id):
         raise ForcedCommandError('--image-id must be sha256: and 64 hex digits, not %r' % args.image_id)
+    # The ID the controller read on the head, not one the sender names: a node that sends cannot load another image
+    # (a re-tagged vllm/vllm-openai, a release's) into this node's Docker.
+    if args.kind == 'image' and args.image_id != fixed.get('image_id'):
+        raise ForcedCommandError('only the head\'s image %s may be loaded with this key, not %s'
+                                 % (fixed.get('image_id') or '(none: no image is being distributed)', args.image_id))
     nets = [ipaddress.ip_network(net) for net in fixed['rail_nets']]
     addresses = list(args.chain) + ([args.upstream, args.here] if args.kind == 'model-recv' else [])
     for address in addresses:
