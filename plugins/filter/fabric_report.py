@@ -30,10 +30,10 @@ def _call(name, function, *args, **kwargs):
         raise AnsibleFilterError('%s: %s' % (name, exc)) from exc
 
 
-def fabric_report(probes, plan, expectations, bandwidth=None, nccl=None, notes=None, roce=None):
+def fabric_report(probes, plan, expectations, bandwidth=None, nccl=None, notes=None, roce=None, nccl_ranks=None):
     """Summary table and failures; see plugins/module_utils/fabric.py build_fabric_report."""
     return _call('fabric_report', build_fabric_report, plan, probes, expectations, bandwidth=bandwidth, nccl=nccl, notes=notes,
-                 roce=roce)
+                 roce=roce, nccl_ranks=nccl_ranks)
 
 
 def fabric_probe_reusable(probe, plan, mtu, host=None):

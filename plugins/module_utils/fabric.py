@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import re
 
+from ansible_collections.dgxspark.cluster.plugins.module_utils.nccl_identity import failures as nccl_build_failures
 from ansible_collections.dgxspark.cluster.plugins.module_utils.roce_mtu import port_failures
 
 # IPv4 (20 bytes) + ICMP (8 bytes) headers: the largest DF payload that fits a frame of MTU m is m - 28.
@@ -444,7 +445,7 @@ def _normalise_probe(probe):
     return out
 
 
-def build_fabric_report(plan, probes, expectations, bandwidth=None, nccl=None, notes=None, roce=None):
+def build_fabric_report(plan, probes, expectations, bandwidth=None, nccl=None, notes=None, roce=None, nccl_ranks=None):
     """Summary table and diagnosis of a fabric check.
 
     plan: the cluster plan (``nodes`` with ``host``/``rail_addresses``, ``rails`` with ``name``,
@@ -458,6 +459,8 @@ def build_fabric_report(plan, probes, expectations, bandwidth=None, nccl=None, n
     notes: lines to print under the table (what was skipped and why).
     roce: host -> the registered results of ibv_devinfo over the plan's rails (each: item = the rail, stdout, rc);
       a port whose active MTU is below what expectations' mtu allows is a failure (roce_mtu.port_failures).
+    nccl_ranks: host -> that node's NCCL test output (NCCL's version line, the libraries it mapped): the build must be
+      one and the same everywhere (nccl_identity.failures).
 
     Returns ``rows``, ``failures`` (each: host, rail, interface, peer, cause, detail), ``table``
     (text lines), ``failure_lines``, ``ok``.
@@ -530,11 +533,15 @@ def build_fabric_report(plan, probes, expectations, bandwidth=None, nccl=None, n
             failures.extend(port_failures(host, rail, device, text, exp['mtu']))
     bw_lines = _bandwidth(rails, rows, bandwidth, exp, failures)
     nccl_line = _nccl(nccl, exp, failures, order)
+    build_line, build_failures = nccl_build_failures(nccl_ranks or {}, order)
+    failures.extend(build_failures)
     table = render_table(rows, exp)
     if bw_lines:
         table.extend(bw_lines)
     if nccl_line:
         table.append(nccl_line)
+    if build_line:
+        table.append(build_line)
     for note in notes or []:
         table.append('note: %s' % note)
     failure_lines = [

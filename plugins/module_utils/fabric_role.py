@@ -193,6 +193,8 @@ def nccl_argv(plan, host, image, docker_args, port, collective, max_bytes, env=N
         ('WORLD_SIZE', str(len(order))),
         ('FABRIC_CHECK_COLLECTIVE', collective),
         ('FABRIC_CHECK_MAX_BYTES', str(max_bytes)),
+        # NCCL's own version line, which the report compares across nodes with the libraries each rank mapped.
+        ('NCCL_DEBUG', 'VERSION'),
     ]
     merged = dict(variables)
     merged.update(env or {})

@@ -580,10 +580,10 @@ def test_nccl_readiness_needs_two_nodes():
 
 @pytest.mark.parametrize('host, env, expected_env', [
     ('spark-beta', {}, ['NCCL_SOCKET_IFNAME=enp1s0f1np1', 'MASTER_ADDR=192.168.100.10', 'MASTER_PORT=29533', 'RANK=1', 'WORLD_SIZE=3',
-                        'FABRIC_CHECK_COLLECTIVE=all_gather', 'FABRIC_CHECK_MAX_BYTES=8589934592']),
+                        'FABRIC_CHECK_COLLECTIVE=all_gather', 'FABRIC_CHECK_MAX_BYTES=8589934592', 'NCCL_DEBUG=VERSION']),
     ('spark-alpha', {'NCCL_SOCKET_IFNAME': 'eth9', 'NCCL_IB_DISABLE': 1, 'NCCL_DEBUG': True},
      ['NCCL_SOCKET_IFNAME=eth9', 'MASTER_ADDR=192.168.100.10', 'MASTER_PORT=29533', 'RANK=0', 'WORLD_SIZE=3',
-      'FABRIC_CHECK_COLLECTIVE=all_gather', 'FABRIC_CHECK_MAX_BYTES=8589934592', 'NCCL_IB_DISABLE=1', 'NCCL_DEBUG=True']),
+      'FABRIC_CHECK_COLLECTIVE=all_gather', 'FABRIC_CHECK_MAX_BYTES=8589934592', 'NCCL_DEBUG=True', 'NCCL_IB_DISABLE=1']),
 ])
 def test_nccl_argv(host, env, expected_env):
     argv = nccl_argv(PLAN, host, 'vllm:x', ['--gpus=all', '--network=host'], 29533, 'all_gather', 8589934592, env=env)

@@ -3,6 +3,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """NCCL bus bandwidth over all nodes, run by the fabric_check role inside the serving image (python3 -, one rank per node).
 
+Every rank prints the NCCL libraries it mapped (`# NCCL library: <sha256> <path>`) and, with NCCL_DEBUG=VERSION in its
+environment (the role sets it), NCCL's own version line: the fabric report compares the builds across nodes.
 torch.distributed with the NCCL backend; env: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, FABRIC_CHECK_COLLECTIVE
 (all_gather | all_reduce), FABRIC_CHECK_MAX_BYTES. Sizes from max/8 to max, doubling. Prints rank 0's table in the
 format of nccl-tests (size = bytes of the gathered/reduced buffer; busbw = algbw x (n-1)/n for all_gather and
@@ -17,6 +19,22 @@ import sys
 
 import torch
 import torch.distributed as dist
+
+
+def loaded_nccl():
+    """(sha256, path) of every libnccl this process mapped (/proc/self/maps): the build NCCL runs, whatever its version
+    says (the pip wheel's and the system's can report the same one)."""
+    import hashlib  # pylint: disable=import-outside-toplevel
+    with open('/proc/self/maps') as handle:
+        paths = sorted(set(line.split()[-1] for line in handle if 'libnccl' in line and line.split()[-1].startswith('/')))
+    found = []
+    for path in paths:
+        digest = hashlib.sha256()
+        with open(path, 'rb') as library:
+            for block in iter(lambda: library.read(1 << 20), b''):
+                digest.update(block)
+        found.append((digest.hexdigest(), path))
+    return found
 
 
 def main():
@@ -50,6 +68,10 @@ def main():
             run()
         torch.cuda.synchronize()
         dist.barrier()
+        if size == sizes[0]:  # NCCL is loaded and initialised now: say which build, on every rank
+            for digest, path in loaded_nccl():
+                print('# NCCL library: %s %s' % (digest, path))
+            sys.stdout.flush()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         iters = 20
         start.record()
