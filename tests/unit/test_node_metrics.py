@@ -192,3 +192,29 @@ def test_a_whole_collection_writes_a_valid_file_even_when_readings_fail(
     assert seen["dgxspark_phase_converged_timestamp_seconds"] == [
         'dgxspark_phase_converged_timestamp_seconds{phase="vllm"} 1795755662']
     assert ("dgxspark_gpu_sm_clock_mhz" in seen) == bool(expected_ok["dgxspark_gpu_query_ok"])
+
+
+AER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "aer")
+
+
+def test_pcie_aer_counters_are_read_from_every_device_that_has_them(tmp_path):
+    """The kernel's aer_dev_* files (its documentation's sample outputs): the TOTAL_ line of each, by severity."""
+    with open(os.path.join(AER, "aer_dev_fatal_kernel_doc.txt")) as handle:
+        fatal = handle.read()
+    with open(os.path.join(AER, "aer_dev_correctable_kernel_doc.txt")) as handle:
+        correctable = handle.read()
+    cx7 = tmp_path / "0000:01:00.0"
+    cx7.mkdir()
+    (cx7 / "aer_dev_correctable").write_text(correctable)
+    (cx7 / "aer_dev_fatal").write_text(fatal.replace("TOTAL_ERR_FATAL 0", "TOTAL_ERR_FATAL 1"))
+    (cx7 / "aer_dev_nonfatal").write_text(fatal.replace("TOTAL_ERR_FATAL", "TOTAL_ERR_NONFATAL"))
+    (tmp_path / "0000:00:00.0").mkdir()  # a device without AER: nothing
+    assert metrics.aer_samples(str(tmp_path)) == [
+        ("dgxspark_pcie_aer_errors", {"device": "0000:01:00.0", "severity": "correctable"}, 2),
+        ("dgxspark_pcie_aer_errors", {"device": "0000:01:00.0", "severity": "nonfatal"}, 0),
+        ("dgxspark_pcie_aer_errors", {"device": "0000:01:00.0", "severity": "fatal"}, 1),
+    ]
+    assert metrics.aer_samples(str(tmp_path / "absent")) == []
+    text = metrics.render(metrics.aer_samples(str(tmp_path)))
+    assert parse_text_format(text)["dgxspark_pcie_aer_errors"][2] == (
+        'dgxspark_pcie_aer_errors{device="0000:01:00.0",severity="fatal"} 1')

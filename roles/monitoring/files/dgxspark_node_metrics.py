@@ -3,7 +3,8 @@
 What no exporter says about a Spark: the GB10's clocks, power, temperature and use (nvidia-smi; a clock stuck near
 702 MHz until a power cycle is a known GB10 failure), whether nvidia-smi answers at all (driver deadlocks hang it), the
 serving containers (running, last start: a restart loop shows as starts), the supervisor's view (head only), the
-phase stamps (what was deployed and when) and the memory floor the alert rules compare MemAvailable with.
+phase stamps (what was deployed and when), the memory floor the alert rules compare MemAvailable with, and the PCIe
+AER error counters of every device (a CX-7 fatal AER under sustained load soft-locked Spark heads).
 
     python3 dgxspark_node_metrics.py [CONFIG]     (default /etc/dgxspark/monitoring/node_metrics.json)
 
@@ -57,6 +58,8 @@ HELP = {
     "dgxspark_phase_converged_timestamp_seconds": "When a deployment phase last converged on this node (its stamp)",
     "dgxspark_memory_floor_bytes": "MemAvailable below this is an alert: a share of what the plan leaves outside vLLM",
     "dgxspark_node_metrics_timestamp_seconds": "When these gauges were written",
+    "dgxspark_pcie_aer_errors": "PCIe AER errors a device reported since boot, by severity (the kernel's aer_dev_* "
+                                      "counters): a CX-7 fatal AER soft-locked Spark heads under sustained load",
 }
 SUPERVISOR_PHASES = ("starting", "serving", "restarting", "gave_up", "paused")
 _NOT_A_NUMBER = re.compile(r"^\[?(N/A|Not Supported|Unknown Error|Requested functionality has been deprecated)\]?$", re.I)
@@ -160,6 +163,31 @@ def render(samples):
     return "\n".join(lines) + "\n"
 
 
+AER_FILES = (("correctable", "aer_dev_correctable", "TOTAL_ERR_COR"), ("nonfatal", "aer_dev_nonfatal", "TOTAL_ERR_NONFATAL"),
+             ("fatal", "aer_dev_fatal", "TOTAL_ERR_FATAL"))
+
+
+def aer_samples(pci_dir):
+    """The kernel's AER counters of every PCIe device that has them (/sys/bus/pci/devices/<dev>/aer_dev_*: `Label N`
+    lines ending with TOTAL_ERR_<severity> N, Documentation/ABI/testing/sysfs-bus-pci-devices-aer_stats)."""
+    samples = []
+    try:
+        devices = sorted(os.listdir(pci_dir))
+    except OSError:
+        return samples
+    for device in devices:
+        for severity, name, total in AER_FILES:
+            try:
+                with open(os.path.join(pci_dir, device, name)) as handle:
+                    text = handle.read()
+            except OSError:
+                continue
+            found = re.search(r"^%s (\d+)\s*$" % total, text, re.M)
+            if found:
+                samples.append(("dgxspark_pcie_aer_errors", {"device": device, "severity": severity}, int(found.group(1))))
+    return samples
+
+
 def _run(argv, timeout):
     try:
         proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=timeout,
@@ -205,6 +233,7 @@ def collect(config, now=None):
             if entry.endswith(".json"):
                 samples.append(("dgxspark_phase_converged_timestamp_seconds", {"phase": entry[:-5]},
                                 os.stat(os.path.join(phase_dir, entry)).st_mtime))
+    samples.extend(aer_samples(config.get("pci_devices_dir", "/sys/bus/pci/devices")))
     if config.get("memory_floor_bytes") is not None:
         samples.append(("dgxspark_memory_floor_bytes", {}, int(config["memory_floor_bytes"])))
     samples.append(("dgxspark_node_metrics_timestamp_seconds", {}, round(time.time() if now is None else now, 3)))
