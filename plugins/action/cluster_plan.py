@@ -30,7 +30,8 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils.inventory_names i
 )
 
 # Variables the roles' checks read besides the roles' own (the roles default to them).
-ROLE_INPUT_EXTRAS = ('dgxspark_api_allowed_cidrs', 'dgxspark_vllm_site_args', 'ansible_port', 'ansible_host')
+ROLE_INPUT_EXTRAS = ('dgxspark_api_allowed_cidrs', 'dgxspark_monitoring_allowed_cidrs', 'dgxspark_vllm_site_args', 'ansible_port',
+                     'ansible_host')
 
 # plugins/action/cluster_plan.py -> the collection root is two directories above plugins/action.
 COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -298,7 +299,8 @@ class ActionModule(ActionBase):
         plan['api'] = role_inputs.api_endpoint(head, role_values.get(head, {}), plan['hf_repo'],
                                                port_defaults(specs)[1]['vllm_container_port'], self._key_dir(hostvars, head))
         plan['warnings'] = role_inputs.input_warnings(
-            plan['variables'], network_warnings + role_inputs.api_reach_warnings(role_values, head))
+            plan['variables'], network_warnings + role_inputs.api_reach_warnings(role_values, head)
+            + role_inputs.monitoring_reach_warnings(role_values, head))
         result['plan'] = plan
         result['table'] = render_plan_table(plan, inventory_sources(task_vars)) + serving_command.command_lines(plan['containers'])
         return result

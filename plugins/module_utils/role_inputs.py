@@ -602,6 +602,18 @@ def api_reach_warnings(values_by_host, head):
     return []
 
 
+def monitoring_reach_warnings(values_by_host, head):
+    """Prometheus opened to a network: it has no authentication, and it answers queries of the engine's metrics that
+    the API key protects at the engine."""
+    values = values_by_host.get(head) or {}
+    allowed = values.get('node_firewall_monitoring_allowed_cidrs', values.get('dgxspark_monitoring_allowed_cidrs', []))
+    if isinstance(allowed, (list, tuple)) and allowed:
+        return ['dgxspark_monitoring_allowed_cidrs opens Prometheus to %s: it has no authentication, so anyone there '
+                'reads every metric it holds, the engine\'s included (requests, tokens, the model), which the API key '
+                'protects at the engine; keep it to the networks of your monitoring' % ', '.join(str(c) for c in allowed)]
+    return []
+
+
 def input_warnings(plan_variables, api_warnings):
     """Legal but risky choices, one line each, for the plan table."""
     warnings = list(api_warnings)

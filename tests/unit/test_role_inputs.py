@@ -439,3 +439,18 @@ def test_an_api_key_the_inventory_gives_is_long_random_ascii(key, refused):
     assert problem.startswith('vllm_container_api_key (on spark-alpha) ' + refused), problem
     assert problem.endswith('(leave it empty and the deploy generates one)')
     assert key not in problem  # the key is never printed
+
+
+@pytest.mark.parametrize('values, warned', [
+    ({}, False),  # the default: the rails only
+    ({'dgxspark_monitoring_allowed_cidrs': []}, False),
+    ({'dgxspark_monitoring_allowed_cidrs': ['10.20.0.0/24']}, True),
+    ({'node_firewall_monitoring_allowed_cidrs': ['10.20.0.0/24', '10.21.0.0/24']}, True),
+])
+def test_prometheus_opened_to_a_network_is_said_out_loud(values, warned):
+    """Issue 49: Prometheus has no authentication and republishes the metrics the API key protects at the engine."""
+    warnings = ri.monitoring_reach_warnings({'spark-alpha': values}, 'spark-alpha')
+    assert bool(warnings) is warned
+    if warned:
+        assert warnings[0].startswith('dgxspark_monitoring_allowed_cidrs opens Prometheus to 10.20.0.0/24')
+        assert 'it has no authentication' in warnings[0]

@@ -194,9 +194,11 @@ def test_docker_does_not_start_when_the_ruleset_cannot_be_loaded(host):
 
 
 def test_prometheus_is_open_to_its_networks_only_and_the_node_exporter_to_the_rails_only(host, table):
-    """monitoring's ports: Prometheus (9090) accepted from monitoring_nets (dgxspark_api_allowed_cidrs by default), then
-    dropped; the node exporter (9100) dropped outside the rails (the rails are accepted whole before these rules)."""
-    wanted = host.ansible("ansible.builtin.debug", "var=dgxspark_api_allowed_cidrs", check=False)["dgxspark_api_allowed_cidrs"]
+    """monitoring's ports: Prometheus (9090) accepted from monitoring_nets (dgxspark_monitoring_allowed_cidrs: the lab
+    names its management network; none by default), then dropped; the node exporter (9100) dropped outside the rails
+    (the rails are accepted whole before these rules)."""
+    wanted = host.ansible("ansible.builtin.debug", "var=dgxspark_monitoring_allowed_cidrs",
+                          check=False)["dgxspark_monitoring_allowed_cidrs"]
     assert set_elements(table, "monitoring_nets") == sorted(wanted)
     rules = host.check_output("nft list chain inet dgxspark input").splitlines()
     accept = [i for i, line in enumerate(rules) if "tcp dport 9090 ip saddr @monitoring_nets accept" in line]
