@@ -9,7 +9,6 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 from ansible_collections.dgxspark.cluster.plugins.module_utils.fabric import (
     build_fabric_report,
-    nccl_test_max_bytes,
     ring_pairs,
 )
 from ansible_collections.dgxspark.cluster.plugins.module_utils.fabric_role import (
@@ -64,14 +63,6 @@ def fabric_ring_pairs(hosts):
         raise AnsibleFilterError('fabric_ring_pairs needs a list of host names: %s' % exc) from exc
 
 
-def fabric_nccl_max_bytes(free_bytes, nodes, collective='all_gather', fraction=0.5):
-    """Largest power-of-two nccl-tests size that fits the free memory, or None."""
-    try:
-        return nccl_test_max_bytes(int(free_bytes), int(nodes), collective=collective, fraction=float(fraction))
-    except (ValueError, TypeError) as exc:
-        raise AnsibleFilterError('fabric_nccl_max_bytes: %s' % exc) from exc
-
-
 def fabric_nccl_readiness(hostvars, plan, play_hosts, meminfo_name, collective='all_gather', fraction=0.5, gpu_device=None, image=None):
     """Whether the NCCL test can run on every node, its size, and the note when it cannot."""
     return _call('fabric_nccl_readiness', nccl_readiness, hostvars, plan, play_hosts, meminfo_name, collective=collective,
@@ -99,7 +90,6 @@ class FilterModule:
             'fabric_rdma_readiness': fabric_rdma_readiness,
             'fabric_ib_runs': fabric_ib_runs,
             'fabric_ring_pairs': fabric_ring_pairs,
-            'fabric_nccl_max_bytes': fabric_nccl_max_bytes,
             'fabric_nccl_readiness': fabric_nccl_readiness,
             'fabric_nccl_argv': fabric_nccl_argv,
             'fabric_nccl_result': fabric_nccl_result,
