@@ -18,6 +18,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -66,6 +67,7 @@ def probe(config):
 
 
 # The engine's load, from its /metrics (Prometheus text): what tells a busy engine from a hung one (the core says how).
+LOAD_TIMEOUT_S = 2
 LOAD_METRICS = {"vllm:num_requests_running": "running", "vllm:num_requests_waiting": "waiting",
                 "vllm:generation_tokens_total": "tokens"}
 
@@ -94,7 +96,8 @@ def read_load(config):
         with open(config["api_key_file"]) as handle:
             key = handle.read().strip()
         request = urllib.request.Request(config["url"].rstrip("/") + "/metrics", headers={"Authorization": "Bearer " + key})
-        with urllib.request.urlopen(request, timeout=config["deadline_s"]) as response:
+        # A short timeout: /metrics answers at once from a live server, and a hung one must not delay the probe's count.
+        with urllib.request.urlopen(request, timeout=min(LOAD_TIMEOUT_S, config["deadline_s"])) as response:
             return parse_load(response.read().decode("utf-8", "replace"))
     except (urllib.error.URLError, OSError, ValueError):
         return None
@@ -152,9 +155,18 @@ def look(config, paused, now, resumed=False):
     nodes = look_nodes(config)
     container = engine_view(config, nodes)
     serving = container.get("running") and not paused
+    load = answer = None
+    if serving:
+        # The load beside the probe, not before it: a hung server's /metrics must not delay the probe's count.
+        found = []
+        reader = threading.Thread(target=lambda: found.append(read_load(config)))
+        reader.start()
+        answer = probe(config)
+        reader.join()
+        load = found[0] if found else None
     return {"now": now, "paused": paused, "resumed": resumed, "nodes": nodes,
-            "load": read_load(config) if serving else None,
-            "probe": probe(config) if serving else None,
+            "load": load,
+            "probe": answer,
             "engine_started_at": container.get("started_at") or None,
             "last_log_age_s": container.get("last_log_age_s")}
 
