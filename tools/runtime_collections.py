@@ -26,13 +26,13 @@ def manifest(wheel, name):
 
 def needed(wheel, names=NEEDED):
     """The collections to unpack: the names and, transitively, what their MANIFEST.json says they depend on."""
-    found, todo = [], list(names)
-    while todo:
-        name = todo.pop(0)
+    found, pending = [], list(names)
+    while pending:
+        name = pending.pop(0)
         if name in found:
             continue
         found.append(name)
-        todo.extend(sorted(manifest(wheel, name)['collection_info'].get('dependencies') or {}))
+        pending.extend(sorted(manifest(wheel, name)['collection_info'].get('dependencies') or {}))
     return found
 
 
