@@ -39,7 +39,7 @@ BUILTIN_PROFILES_DIR = os.path.join(COLLECTION_ROOT, 'profiles', 'models')
 PLAYBOOKS_DIR = os.path.join(COLLECTION_ROOT, 'playbooks')
 
 
-def playbook_presets(playbook):
+def playbook_presets(playbook, depth=0):
     """(presets, name, problems) that a playbook of the collection sets (its import's dgxspark_plan_presets): what
     plan.yml plans with for -e dgxspark_plan_playbook=deploy-397b.yml, so that it prints what that playbook would."""
     path = playbook if os.path.isabs(playbook) else os.path.join(PLAYBOOKS_DIR, playbook)
@@ -54,6 +54,10 @@ def playbook_presets(playbook):
         presets = ((play or {}).get('vars') or {}).get('dgxspark_plan_presets') if isinstance(play, dict) else None
         if presets:
             return dict(presets), name, []
+        imported = play.get('ansible.builtin.import_playbook') if isinstance(play, dict) else None
+        if imported and imported != 'deploy.yml' and depth < 3:
+            # A playbook kept under another name (deploy-397b.yml imports deploy_397b.yml): the presets of the one it imports.
+            return playbook_presets(os.path.join(os.path.dirname(path), imported), depth + 1)
     return {}, name, []
 
 

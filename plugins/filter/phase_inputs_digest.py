@@ -10,7 +10,7 @@ import os
 from ansible.errors import AnsibleFilterError
 from ansible_collections.dgxspark.cluster.plugins.module_utils import phase_state
 from ansible_collections.dgxspark.cluster.plugins.module_utils.phase_state import (
-    PhaseStateError, code_digest, digest, with_containers, without_model_inputs)
+    PhaseStateError, code_digest, digest, with_containers, without_model_inputs, without_reports)
 
 #: Code every phase runs: the plugins, and the model profiles the plan reads.
 ALWAYS = ('plugins', 'profiles')
@@ -18,13 +18,14 @@ _CACHE = {}
 
 
 def phase_inputs_digest(data, code_paths=None, model_free=False, containers=None):
-    """sha256 of the data (canonical JSON) and of the collection files under code_paths, plugins/ and profiles/; with
+    """sha256 of the data (canonical JSON, less the plan's reports and the raw planned variables: without_reports) and of
+    the collection files under code_paths, plugins/ and profiles/; with
     model_free, without the model's parts of the data (phase_state.MODEL_PLAN_KEYS, MODEL_VARIABLES) or profiles/; of
     the plan's serving containers, only the kinds named in containers."""
     always = tuple(p for p in ALWAYS if not (model_free and p == 'profiles'))
     paths = tuple(sorted(set(list(code_paths or []) + list(always))))
     try:
-        data = with_containers(data, containers)
+        data = with_containers(without_reports(data), containers)
         if model_free:
             data = without_model_inputs(data)
         if paths not in _CACHE:

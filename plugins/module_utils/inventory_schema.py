@@ -134,6 +134,10 @@ RUN_VARIABLES = (
     {'name': 'dgxspark_plan_playbook', 'description': "plan.yml plans with this playbook's presets (-e dgxspark_plan_playbook=deploy-397b.yml)."},
     {'name': 'dgxspark_phase_force', 'description': 'Run every phase, even those that converged before (-e dgxspark_phase_force=true).'},
     {'name': 'dgxspark_release_rollback', 'description': 'Put the last proven release back when a new one fails (default true).'},
+    {'name': 'dgxspark_init_dir', 'description': 'playbooks/init.yml: the directory the inventory draft is written to.'},
+    {'name': 'dgxspark_init_client_cidrs', 'description': 'playbooks/init.yml: the client networks of the API (comma-separated).'},
+    {'name': 'dgxspark_init_model_profile', 'description': 'playbooks/init.yml: the model profile to draft (default: the first that plans).'},
+    {'name': 'dgxspark_init_force', 'description': 'playbooks/init.yml: replace a draft file that was edited (default false).'},
     {'name': 'dgxspark_status_report_only', 'description': 'status.yml prints the table and does not fail (diagnose.yml sets it).'},
 )
 

@@ -71,6 +71,24 @@ def without_model_inputs(data):
     return kept
 
 
+#: What the plan reports about how it was made, never what a node runs: where a value came from (the playbook's presets)
+#: and the warnings. A value set in the inventory instead of a preset, with the same result, is no new input.
+PLAN_REPORT_KEYS = ('presets', 'warnings')
+
+
+def without_reports(data):
+    """The inputs {'plan': ..., 'vars': ...} less the plan's reports (PLAN_REPORT_KEYS) and less the raw variables that the
+    plan resolved (its 'variables'): the roles read the plan's values, so only those are inputs."""
+    if not isinstance(data, Mapping) or not isinstance(data.get('plan'), Mapping):
+        return data
+    plan = dict((key, value) for key, value in data['plan'].items() if key not in PLAN_REPORT_KEYS)
+    planned = set(plan.get('variables') or {})
+    variables = data.get('vars')
+    if isinstance(variables, Mapping):
+        variables = dict((name, value) for name, value in variables.items() if name not in planned)
+    return dict(data, plan=plan, vars=variables)
+
+
 def with_containers(data, kinds):
     """The inputs {'plan': ..., 'vars': ...} of a phase with only the serving containers of the plan it runs (kinds: of
     'ray', 'vllm'): a changed vLLM option is the vllm phase's input alone, not Ray's or the supervisor's."""

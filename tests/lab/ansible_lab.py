@@ -7,6 +7,8 @@ import signal
 import subprocess
 import time
 
+import yaml
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ANSIBLE_PLAYBOOK = os.path.join(REPO, ".venv", "bin", "ansible-playbook")
 RAY = "dgxspark-ray"
@@ -46,13 +48,15 @@ def node_container(backend=None):
 PLAYBOOK_TIMEOUT = 2700
 
 
-def run_playbook(lab, playbook, *extra, on_line=None, timeout=PLAYBOOK_TIMEOUT, kill_when=None, backend=None):
+def run_playbook(lab, playbook, *extra, on_line=None, timeout=PLAYBOOK_TIMEOUT, kill_when=None, backend=None, source=None,
+                 env=None):
     """Run playbooks/<playbook> on every lab node with BACKEND (the lab's when None); returns (rc, output).
     on_line(line) sees each output line; when kill_when(line) is true, the run is killed at once with its workers
-    (SIGKILL: a controller that dies mid-way)."""
+    (SIGKILL: a controller that dies mid-way). source: another inventory than the lab's; env: more environment."""
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0",
-               PATH=os.path.join(REPO, ".venv", "bin") + os.pathsep + os.environ.get("PATH", ""))
-    cmd = [ANSIBLE_PLAYBOOK, os.path.join(REPO, "playbooks", playbook), "-i", inventory(lab)] + backend_args(backend) + list(extra)
+               PATH=os.path.join(REPO, ".venv", "bin") + os.pathsep + os.environ.get("PATH", ""), **(env or {}))
+    cmd = ([ANSIBLE_PLAYBOOK, os.path.join(REPO, "playbooks", playbook), "-i", source or inventory(lab)] + backend_args(backend)
+           + list(extra))
     # A run that may be killed gets its own process group, so that its forked workers die with it.
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
                             start_new_session=kill_when is not None)
@@ -153,3 +157,36 @@ def serving_cluster(lab):
     if rc != 0 or not says_healthy(out):
         playbook_ok(lab, "deploy-397b.yml")
     return lab
+
+
+# The lab inventory's cluster values, which playbooks/init.yml drafts; the rest of it is how the controller reaches the
+# lab's nodes and the lab's labelled differences from a Spark, which a user's inventory never has.
+DRAFTED = ("dgxspark_model_profile", "dgxspark_gpu_memory_utilization", "dgxspark_rails", "dgxspark_mtu",
+           "dgxspark_nccl_transport", "dgxspark_api_allowed_cidrs")
+
+
+def init_draft(lab, workdir, *extra):
+    """playbooks/init.yml on the lab's nodes as a user runs it: a hosts-only inventory, the client network (the lab's
+    management network), and the lab's differences as an -e file. Returns (rc, output, draft dir, the -e arguments and
+    the environment that run another playbook with the draft the same way)."""
+    live = inventory(lab)
+    source = os.path.join(workdir, "source")
+    os.makedirs(source, exist_ok=True)
+    with open(os.path.join(live, "hosts.yml"), encoding="utf-8") as handle:
+        hosts = handle.read()
+    with open(os.path.join(source, "hosts.yml"), "w", encoding="utf-8") as handle:
+        handle.write(hosts)
+    with open(os.path.join(live, "group_vars", "all.yml"), encoding="utf-8") as handle:
+        lab_vars = yaml.safe_load(handle)
+    differences = os.path.join(workdir, "lab-differences.yml")
+    with open(differences, "w", encoding="utf-8") as handle:
+        yaml.safe_dump(dict((k, v) for k, v in lab_vars.items() if k not in DRAFTED), handle, sort_keys=False, width=200)
+    with open(os.path.join(lab.state_dir, "lab.json"), encoding="utf-8") as handle:
+        mgmt = json.load(handle)["mgmt_subnet"]
+    # The lab's templates find its state and patches through these when the inventory is not the lab's own.
+    env = {"DGXSPARK_LAB_STATE": os.path.realpath(lab.state_dir),
+           "DGXSPARK_LAB_PATCHES": os.path.join(REPO, "lab", "serving", "patches")}
+    draft = os.path.join(workdir, "draft")
+    rc, out = run_playbook(lab, "init.yml", "-e", "@" + differences, "-e", "dgxspark_init_dir=" + draft,
+                           "-e", "dgxspark_init_client_cidrs=" + mgmt, *extra, source=source, env=env, timeout=600)
+    return rc, out, draft, ["-e", "@" + differences], env

@@ -5,11 +5,13 @@ module on its second lab.
 """
 
 import json
+import os
 import subprocess
 
 import labctl
 import pytest
 
+from ansible_lab import init_draft, run_playbook
 from conftest import temporary_address
 
 pytestmark = pytest.mark.lab
@@ -263,3 +265,20 @@ def test_rate_limit_knob(lab):
         assert "tbf" in qdisc and "1Gbit" in qdisc, qdisc
     finally:
         lab.labctl("up", "--nodes", str(lab.count), "--rate", previous)
+
+
+def test_init_drafts_an_inventory_that_plans_from_nodes_only_brought_up(lab, tmp_path):
+    """playbooks/init.yml on nodes that `labctl up` just made (no rail configured): the rails are the cabled port's twins
+    with the shipped subnets, the shape fits the node count, and the plan accepts the draft."""
+    rc, out, draft, extra, env = init_draft(lab, str(tmp_path))
+    assert rc == 0, out[-4000:]
+    with open(os.path.join(draft, "group_vars", "all", "main.yml"), encoding="utf-8") as handle:
+        group_vars = handle.read()
+    for text in ("interface: enp1s0f1np1", "interface: enP2p1s0f1np1", "subnet: 192.168.100.0/24", "address_offset: 10",
+                 "dgxspark_tensor_parallel_size: %d" % lab.count):
+        assert text in group_vars, (text, group_vars)
+    assert "the addresses the nodes have kept" not in group_vars
+    rc, planned = run_playbook(lab, "plan.yml", *extra, source=draft, env=env, timeout=300)
+    assert rc == 0, planned[-4000:]
+    assert "TP %d x PP 1 = %d GPUs on %d nodes" % (lab.count, lab.count, lab.count) in planned, planned[-4000:]
+    assert "Inventory: %s" % draft in planned

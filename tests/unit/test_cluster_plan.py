@@ -129,7 +129,7 @@ def test_per_host_address_override():
 
 
 INT4 = 'qwen3_5_397b_a17b_int4_autoround'
-# deploy-397b-int4.yml's presets
+# deploy_397b_int4.yml's presets
 SHAPE_4X1 = {'dgxspark_model_profile': INT4, 'dgxspark_tensor_parallel_size': 4, 'dgxspark_pipeline_parallel_size': 1,
              'dgxspark_gpu_memory_utilization': 0.78}
 

@@ -121,3 +121,12 @@ def test_installed_tarball_works_outside_the_checkout(built_collection, tmp_path
                 "-e", "dgxspark_plan_playbook=deploy-397b.yml"], cwd=tmp_path, env=env, check=False)
     assert plan.returncode == 0, plan.stdout + plan.stderr
     assert "spark-delta" in plan.stdout and "192.168.100.13" in plan.stdout
+    # Every playbook by its collection name (a hyphen is no valid name: deploy-397b.yml only imports deploy_397b.yml).
+    names = sorted(os.path.splitext(f)[0] for f in os.listdir(REPO / "playbooks") if f.endswith(".yml") and "-" not in f)
+    assert {"deploy_397b", "deploy_397b_int4", "deploy_397b_int4_3node", "deploy_vl235b_2node", "init", "plan"} <= set(names)
+    assert sorted(f for f in os.listdir(REPO / "playbooks") if "-" in f) == ["deploy-397b.yml"]
+    syntax = run([BIN / "ansible-playbook", "--syntax-check", "-i", REPO / "inventories/4node"] + ["dgxspark.cluster." + n for n in names],
+                 cwd=tmp_path, env=env, check=False)
+    assert syntax.returncode == 0, syntax.stdout + syntax.stderr
+    for name in names:
+        assert "ansible_collections/dgxspark/cluster/playbooks/%s.yml" % name in syntax.stdout, (name, syntax.stdout)

@@ -28,7 +28,7 @@ VARS = {'dgxspark_rails': PLAN['rails'], 'dgxspark_mtu': 9000, 'dgxspark_model_p
     ({'plan': {'model_profile': 'qwen3_vl_235b_a22b_awq', 'hf_repo': 'QuantTrio/Qwen3-VL'}}, True),
     ({'plan': {'max_model_len': 32768, 'memory': {'fits': False}}}, True),
     ({'plan': {'vllm_options': {'block_size': 64}, 'patches': [{'file': 'p.py'}]}}, True),
-    ({'vars': {'dgxspark_hf_token': 'hf_other', 'dgxspark_model_profile': 'other'}}, True),
+    ({'vars': {'dgxspark_hf_token': 'hf_other'}, 'plan': {'variables': {'dgxspark_model_profile': 'other'}}}, True),
     ({'plan': {'mtu': 8000}}, False),                               # the rails' MTU: the network phase's own input
     ({'plan': {'nccl_transport': 'socket'}}, False),                # kept: not a model input
     ({'vars': {'dgxspark_mtu': 8000}}, False),
@@ -202,3 +202,18 @@ def test_a_phase_reads_none_of_the_variables_it_leaves_out(phase):
     unread = set(settings['dgxspark_phase_unread'])
     for role in settings['dgxspark_phase_roles']:
         assert _read_in(os.path.join(REPO, 'roles', role), unread) == set(), (phase, role)
+
+
+@pytest.mark.parametrize('change, same', [
+    # How a value came to be (the playbook's preset or the inventory) is no input: the resolved plan is.
+    ({'plan': {'presets': [{'name': 'dgxspark_tensor_parallel_size', 'by': 'deploy-397b.yml'}]}}, True),
+    ({'plan': {'warnings': ['The API answers on the rails only']}}, True),
+    ({'vars': {'dgxspark_model_profile': 'set in the inventory, planned the same'}}, True),
+    ({'plan': {'tensor_parallel_size': 2}}, False),
+    ({'vars': {'dgxspark_mtu': 8000}}, False),                      # not among this plan's resolved variables
+    ({'vars': {'dgxspark_api_allowed_cidrs': ['10.0.0.0/8']}}, False),
+])
+def test_reports_and_raw_planned_variables_are_no_inputs(change, same):
+    changed = {'plan': dict(PLAN, **change.get('plan', {})), 'vars': dict(VARS, **change.get('vars', {}))}
+    assert (phase_inputs_digest(changed, ['roles/os_hardening'])
+            == phase_inputs_digest({'plan': PLAN, 'vars': VARS}, ['roles/os_hardening'])) is same

@@ -74,11 +74,11 @@ def run_playbook_plan_only(playbook, inventory, *extra):
 
 @pytest.mark.parametrize('playbook, inventory, expected', [
     ('deploy-397b.yml', 'inventories/4node', ['qwen3_5_397b_a17b_fp8', 'TP 4 x PP 1 = 4 GPUs on 4 nodes', 'Budget per node: 0.85 x']),
-    ('deploy-397b-int4-3node.yml', 'inventories/3node', ['qwen3_5_397b_a17b_int4_autoround', 'TP 1 x PP 3 = 3 GPUs on 3 nodes']),
-    ('deploy-vl235b-2node.yml', 'inventories/2node', [
+    ('deploy_397b_int4_3node.yml', 'inventories/3node', ['qwen3_5_397b_a17b_int4_autoround', 'TP 1 x PP 3 = 3 GPUs on 3 nodes']),
+    ('deploy_vl235b_2node.yml', 'inventories/2node', [
         'qwen3_vl_235b_a22b_awq', 'TP 2 x PP 1 = 2 GPUs on 2 nodes', 'Budget per node: 0.75 x',
         'Patch applied at container start: cudnn_off_sitecustomize.py (sitecustomize']),
-    ('deploy-397b-int4.yml', 'inventories/4node-int4', [
+    ('deploy_397b_int4.yml', 'inventories/4node-int4', [
         'qwen3_5_397b_a17b_int4_autoround', 'TP 4 x PP 1 = 4 GPUs on 4 nodes', 'Budget per node: 0.78 x',
         'Patch applied at container start: qwen3_5_marlin_tp_in_proj_ba.py (python']),
 ])
@@ -93,11 +93,11 @@ def test_each_seed_playbook_plans_its_shape(playbook, inventory, expected):
 def test_seed_001_as_written_is_refused_by_its_alternative_playbook_too():
     """The seed's own inventory values (TP 4 x PP 3, 0.95) are the user's: the alternative playbook's presets never
     replace them in silence, so it refuses them, and says they are the user's, kept over its presets."""
-    result = run_playbook_plan_only('deploy-397b-int4-3node.yml', 'tests/inventories/seed001')
+    result = run_playbook_plan_only('deploy_397b_int4_3node.yml', 'tests/inventories/seed001')
     output = ' '.join((result.stdout + result.stderr).split())
     assert result.returncode != 0, output
     for text in ['4 x 3 = 12 GPUs', 'dgxspark_gpu_memory_utilization is 0.95',
-                 'Yours over the presets of deploy-397b-int4-3node.yml (inventory or -e): dgxspark_tensor_parallel_size=4 (preset 1)']:
+                 'Yours over the presets of deploy_397b_int4_3node.yml (inventory or -e): dgxspark_tensor_parallel_size=4 (preset 1)']:
         assert text in output, (text, output)
 
 
@@ -118,23 +118,23 @@ def model_only_inventory(tmp_path):
 
 PRESET_CASES = [
     # issue 48: `-e dgxspark_gpu_memory_utilization=0.7` planned the preset 0.78 without a word
-    ('deploy-397b-int4.yml', 'inventories/4node-int4', ['-e', '{"dgxspark_gpu_memory_utilization": 0.7}'], 0,
-     ['Budget per node: 0.70 x', 'Yours over the presets of deploy-397b-int4.yml (inventory or -e): '
+    ('deploy_397b_int4.yml', 'inventories/4node-int4', ['-e', '{"dgxspark_gpu_memory_utilization": 0.7}'], 0,
+     ['Budget per node: 0.70 x', 'Yours over the presets of deploy_397b_int4.yml (inventory or -e): '
       'dgxspark_gpu_memory_utilization=0.7 (preset 0.78)']),
     # an inventory that names the model and utilization only: the playbook's shape fills the rest, and says so
     ('deploy-397b.yml', 'MODEL_ONLY', [], 0,
-     ['TP 4 x PP 1 = 4 GPUs on 4 nodes', 'Preset by deploy-397b.yml (the inventory does not set them): '
+     ['TP 4 x PP 1 = 4 GPUs on 4 nodes', 'Preset by deploy_397b.yml (the inventory does not set them): '
       'dgxspark_enable_expert_parallel=false, dgxspark_pipeline_parallel_size=1, dgxspark_tensor_parallel_size=4']),
     # the seed 004 playbook on the FP8 inventory: another model, refused (inventories/4node-int4 is its inventory)
-    ('deploy-397b-int4.yml', 'inventories/4node', [], 2,
-     ['deploy-397b-int4.yml deploys the model profile qwen3_5_397b_a17b_int4_autoround, but the inventory (or -e) '
+    ('deploy_397b_int4.yml', 'inventories/4node', [], 2,
+     ['deploy_397b_int4.yml deploys the model profile qwen3_5_397b_a17b_int4_autoround, but the inventory (or -e) '
       'sets dgxspark_model_profile to qwen3_5_397b_a17b_fp8']),
     # the user's shape over the playbook's: TP 2 x PP 2 on four nodes
     ('deploy-397b.yml', 'inventories/4node', ['-e', '{"dgxspark_tensor_parallel_size": 2, "dgxspark_pipeline_parallel_size": 2}'],
      0, ['TP 2 x PP 2 = 4 GPUs on 4 nodes', 'dgxspark_tensor_parallel_size=2 (preset 4)']),
     # a playbook never serves another model than its own
     ('deploy-397b.yml', 'inventories/2node', [], 2,
-     ['deploy-397b.yml deploys the model profile qwen3_5_397b_a17b_fp8, but the inventory (or -e) sets '
+     ['deploy_397b.yml deploys the model profile qwen3_5_397b_a17b_fp8, but the inventory (or -e) sets '
       'dgxspark_model_profile to qwen3_vl_235b_a22b_awq: run playbooks/deploy.yml']),
 ]
 
@@ -158,8 +158,8 @@ def plan_table(output):
 
 
 @pytest.mark.parametrize('playbook, inventory, preset', [
-    ('deploy-397b.yml', 'MODEL_ONLY', 'Preset by deploy-397b.yml'),
-    ('deploy-397b-int4.yml', 'inventories/4node-int4', ''),
+    ('deploy-397b.yml', 'MODEL_ONLY', 'Preset by deploy_397b.yml'),
+    ('deploy_397b_int4.yml', 'inventories/4node-int4', ''),
 ])
 def test_plan_yml_for_a_playbook_prints_what_that_playbook_plans(playbook, inventory, preset, tmp_path):
     inventory = model_only_inventory(tmp_path) if inventory == 'MODEL_ONLY' else inventory

@@ -79,7 +79,7 @@ def test_the_readme_has_the_users_commands():
     programs = [' '.join(words[:2]) for words in COMMANDS]
     assert 'make setup-runtime' in programs and 'make run' in programs and 'make test' in programs
     playbooks = [words[1] for words in COMMANDS if words[0].endswith('ansible-playbook')]
-    for playbook in ('playbooks/discover.yml', 'playbooks/plan.yml', 'playbooks/preflight.yml', 'playbooks/deploy-397b.yml',
+    for playbook in ('playbooks/init.yml', 'playbooks/discover.yml', 'playbooks/plan.yml', 'playbooks/preflight.yml', 'playbooks/deploy-397b.yml',
                      'playbooks/status.yml'):
         assert playbook in playbooks, playbooks
 
