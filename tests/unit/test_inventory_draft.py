@@ -192,7 +192,7 @@ def test_hub_repos_need_a_snapshot_config():
 ])
 def test_the_model_and_shape_are_the_first_that_plan(nodes, repos, asked, expected):
     order = ['spark-%02d' % i for i in range(1, nodes + 1)]
-    rails, host_addresses, _ = draft.draft_rails(order, fresh(order))
+    rails, host_addresses = draft.draft_rails(order, fresh(order))[:2]
     values, plan = choose_model(order, {'dgxspark_rails': rails}, host_addresses, PROFILES, asked, repos)
     assert (values['dgxspark_model_profile'], values['dgxspark_tensor_parallel_size'],
             values['dgxspark_pipeline_parallel_size']) == expected
