@@ -180,7 +180,10 @@ def init_draft(lab, workdir, *extra):
         lab_vars = yaml.safe_load(handle)
     differences = os.path.join(workdir, "lab-differences.yml")
     with open(differences, "w", encoding="utf-8") as handle:
-        yaml.safe_dump(dict((k, v) for k, v in lab_vars.items() if k not in DRAFTED), handle, sort_keys=False, width=200)
+        differing = dict((k, v) for k, v in lab_vars.items() if k not in DRAFTED)
+        # The live inventory finds the lab's state next to itself: the draft lies elsewhere, so name it.
+        differing["dgxspark_lab_state_dir"] = os.path.realpath(lab.state_dir)
+        yaml.safe_dump(differing, handle, sort_keys=False, width=200)
     with open(os.path.join(lab.state_dir, "lab.json"), encoding="utf-8") as handle:
         mgmt = json.load(handle)["mgmt_subnet"]
     # The lab's templates find its state and patches through these when the inventory is not the lab's own.
