@@ -145,9 +145,14 @@ def link_notes(order, devices_by_host, rails, mtu):
                                          'a direct cable (port to the same port) or a switch; both work.'))
     elif len(order) > 2:
         notes.append('%d Sparks: behind a switch (three or more need one); set its ports to MTU 9216 and 200G.' % len(order))
-    low_mtu = ['%s %s %s' % (host, d['netdev'], d.get('mtu')) for host, d in linked if (d.get('mtu') or 0) < mtu]
+    low_mtu = {}
+    for host, device in linked:
+        if (device.get('mtu') or 0) < mtu:
+            low_mtu.setdefault((interfaces.index(device['netdev']), device['netdev'], device.get('mtu')), []).append(host)
     if low_mtu:
-        notes.append('MTU below %d now (%s): the network phase sets %d.' % (mtu, ', '.join(low_mtu), mtu))
+        notes.append('MTU below %d now (%s): the network phase sets %d.' % (mtu, ', '.join(
+            '%s %s on %s' % (netdev, now, 'every node' if len(hosts) == len(order) else ', '.join(hosts))
+            for (_index, netdev, now), hosts in sorted(low_mtu.items(), key=lambda item: (item[0][0], str(item[0][2])))), mtu))
     speeds = sorted(set(d.get('speed_mbps') for _host, d in linked if d.get('speed_mbps')))
     if speeds and max(speeds) < 200000:
         notes.append('Links at %s Mb/s, below a CX-7 port\'s 200000: check the cable and the switch port.' %

@@ -133,7 +133,10 @@ def test_low_mtu_and_speed_are_noted():
         for device in devices[host]:
             device.update(mtu=1500, speed_mbps=100000)
     notes = draft.link_notes(['a', 'b'], devices, RAILS_DEFAULT, 9000)
-    assert any(n.startswith('MTU below 9000 now (a enP2p1s0f1np1 1500') for n in notes), notes
+    assert 'MTU below 9000 now (enp1s0f1np1 1500 on every node, enP2p1s0f1np1 1500 on every node): the network phase sets 9000.' in notes, notes
+    devices['a'][3]['mtu'] = 9000  # enp1s0f1np1 of node a
+    notes = draft.link_notes(['a', 'b'], devices, RAILS_DEFAULT, 9000)
+    assert any(n.startswith('MTU below 9000 now (enp1s0f1np1 1500 on b, enP2p1s0f1np1 1500 on every node)') for n in notes), notes
     assert any('Links at 100000 Mb/s' in n for n in notes), notes
 
 
