@@ -29,7 +29,7 @@ def _plan_or_problems(order, values, host_addresses, profiles):
 
 
 def choose_model(order, base_values, host_addresses, profiles, asked, repos_on_head):
-    """(values, plan, notes) of the first profile and shape that plan; InventoryDraftError with the best one's problems."""
+    """(values, plan) of the first profile and shape that plan; InventoryDraftError with the first one's problems."""
     first_problems = None
     for name in draft_lib.profile_candidates(profiles, asked, repos_on_head):
         for tp, pp in draft_lib.shape_candidates(len(order)):
@@ -76,12 +76,13 @@ class ActionModule(ActionBase):
         try:
             if problems:
                 raise draft_lib.InventoryDraftError(problems)
-            draft = self._draft(order, args, profiles)
+            texts, notes, values = self._draft(order, args, profiles)
         except draft_lib.InventoryDraftError as exc:
             result.update(failed=True, changed=False, msg='No inventory draft was written (%d problem%s): see the problems below.' % (
                 len(exc.problems), '' if len(exc.problems) == 1 else 's'), problems=''.join('- %s\n' % p for p in exc.problems))
             return result
-        return self._write(result, args, draft)
+        result.update(notes=notes, values=values)
+        return self._write(result, args, texts)
 
     def _draft(self, order, args, profiles):
         rails, host_addresses, notes = draft_lib.draft_rails(order, args['devices'])
@@ -137,13 +138,11 @@ class ActionModule(ActionBase):
             hosts_vars[host] = {'ansible_host': args['addresses'].get(host) or host}
             if host in host_addresses:
                 hosts_vars[host]['dgxspark_rail_addresses'] = host_addresses[host]
-        return {
-            'hosts.yml': draft_lib.with_header(draft_lib.render_hosts(order, hosts_vars)),
-            os.path.join('group_vars', 'all', 'main.yml'): draft_lib.with_header(draft_lib.render_group_vars(draft)),
-            '_notes': notes, '_values': values,
-        }
+        texts = {'hosts.yml': draft_lib.with_header(draft_lib.render_hosts(order, hosts_vars)),
+                 os.path.join('group_vars', 'all', 'main.yml'): draft_lib.with_header(draft_lib.render_group_vars(draft))}
+        return texts, notes, values
 
-    def _write(self, result, args, draft):
+    def _write(self, result, args, texts):
         dest = os.path.abspath(os.path.expanduser(args['dest']))
         files, refused, diffs = {}, [], []
         for relative in ('hosts.yml', os.path.join('group_vars', 'all', 'main.yml')):
@@ -154,13 +153,13 @@ class ActionModule(ActionBase):
             except FileNotFoundError:
                 current = None
             state = draft_lib.existing_state(current)
-            if current == draft[relative]:
+            if current == texts[relative]:
                 files[path] = 'unchanged'
             else:
                 files[path] = 'kept' if state == 'edited' and not args['force'] else 'written'
                 if files[path] == 'kept':
                     refused.append(path)
-                diffs.append({'before_header': path, 'after_header': path, 'before': current or '', 'after': draft[relative]})
+                diffs.append({'before_header': path, 'after_header': path, 'before': current or '', 'after': texts[relative]})
         if refused:
             result.update(failed=True, changed=False, files=files, msg=(
                 '%s %s changed since init wrote %s: nothing was written. See what the draft would change with '
@@ -174,8 +173,8 @@ class ActionModule(ActionBase):
                 if state == 'written':
                     os.makedirs(os.path.dirname(path), exist_ok=True)
                     with open(path, 'w', encoding='utf-8') as handle:
-                        handle.write(draft[os.path.relpath(path, dest)])
-        result.update(changed=bool(diffs), files=files, notes=draft['_notes'], values=draft['_values'], dest=dest)
+                        handle.write(texts[os.path.relpath(path, dest)])
+        result.update(changed=bool(diffs), files=files, dest=dest)
         if self._task.diff and diffs:
             result['diff'] = diffs
         result['msg'] = '%s: %s.' % (dest, ', '.join('%s %s' % (os.path.relpath(p, dest), s) for p, s in files.items()))
