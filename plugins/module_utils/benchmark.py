@@ -28,13 +28,15 @@ COLUMNS = ('concurrency', 'requests', 'errors', 'ttft_ms_median', 'ttft_ms_p99',
 def parse_sse_lines(lines, t0, clock_of_line):
     """One request's record from its SSE lines. lines: the decoded lines; clock_of_line(i): when line i arrived
     (seconds, same clock as t0). Pure, so the recorded streams of a real server can be replayed in tests."""
-    token_times = []
+    token_times, bare_finishes = [], []
     usage = None
     error = None
+    end = None
     for i, line in enumerate(lines):
         line = line.strip()
         if not line.startswith('data:'):
             continue
+        end = clock_of_line(i) - t0
         data = line[5:].strip()
         if data == '[DONE]':
             break
@@ -48,23 +50,43 @@ def parse_sse_lines(lines, t0, clock_of_line):
             break
         if chunk.get('usage'):
             usage = chunk['usage']
-        for choice in chunk.get('choices') or []:
-            text = choice.get('text')
-            if text is None:
-                text = (choice.get('delta') or {}).get('content')
-            if text:
-                token_times.append(clock_of_line(i) - t0)
-    return request_record(token_times, usage, error)
+        carried = [choice for choice in chunk.get('choices') or [] if _carries_a_token(choice)]
+        if carried:
+            bare_finish = all(choice.get('finish_reason') and not _text(choice) for choice in carried)
+            token_times.append(clock_of_line(i) - t0)
+            bare_finishes.append(bare_finish)
+    # A server may close with a chunk of its own holding only the finish reason (no token): the usage tells.
+    n_tokens = int((usage or {}).get('completion_tokens') or 0)
+    while n_tokens and len(token_times) > n_tokens and bare_finishes[-1]:
+        token_times.pop()
+        bare_finishes.pop()
+    return request_record(token_times, usage, error, end)
 
 
-def request_record(token_times, usage=None, error=None):
-    """The figures of one request from the arrival times of its content chunks (seconds after the request)."""
+def _text(choice):
+    return choice.get('text') if 'text' in choice else (choice.get('delta') or {}).get('content')
+
+
+def _carries_a_token(choice):
+    """Whether a streamed choice carries a generated token. vLLM sends one chunk per token, with an empty text for a
+    token that completes no character yet (part of a UTF-8 sequence, a special token): still a token, timed as such.
+    Chat's first chunk announces the role (content "") before anything is generated: no token."""
+    if 'text' in choice:
+        return choice['text'] is not None
+    delta = choice.get('delta') or {}
+    return delta.get('content') is not None and not (delta.get('role') and not delta['content'])
+
+
+def request_record(token_times, usage=None, error=None, end_s=None):
+    """The figures of one request from the arrival times of its content chunks (seconds after the request). e2e_s is
+    when its stream ended (end_s: the last event, [DONE] included), else its last content chunk: tokens without text
+    (a small model's special tokens under ignore_eos) are no content, yet the request goes on, as vLLM's e2e time does."""
     if error is None and not token_times:
         error = 'no token received'
     n_tokens = int((usage or {}).get('completion_tokens') or len(token_times))
     record = {'ok': error is None, 'error': error, 'output_tokens': n_tokens if error is None else 0,
               'prompt_tokens': int((usage or {}).get('prompt_tokens') or 0),
-              'ttft_s': token_times[0] if token_times else None, 'e2e_s': token_times[-1] if token_times else None,
+              'ttft_s': token_times[0] if token_times else None, 'e2e_s': end_s if end_s is not None else (token_times[-1] if token_times else None),
               'itl_s': [b - a for a, b in zip(token_times, token_times[1:])], 'per_user_tok_s': None}
     if error is None and n_tokens > 1 and token_times[-1] > token_times[0]:
         record['per_user_tok_s'] = (n_tokens - 1) / (token_times[-1] - token_times[0])
@@ -88,6 +110,7 @@ def summarize_level(concurrency, records, wall_s):
     """One row of the sweep (see COLUMNS) from the records of one concurrency level."""
     ok = [r for r in records if r['ok']]
     ttft = [r['ttft_s'] * 1000 for r in ok]
+    e2e = [r['e2e_s'] * 1000 for r in ok]
     itl = [g * 1000 for r in ok for g in r['itl_s']]
     rates = [r['per_user_tok_s'] for r in ok if r['per_user_tok_s']]
     tokens = sum(r['output_tokens'] for r in ok)
@@ -97,8 +120,10 @@ def summarize_level(concurrency, records, wall_s):
         'itl_ms_median': _r(percentile(itl, 50), 2),
         'per_user_tok_s_median': _r(percentile(rates, 50), 2), 'per_user_tok_s_min': _r(min(rates) if rates else None, 2),
         'total_tok_s': _r(tokens / wall_s if wall_s > 0 else None, 2), 'wall_s': _r(wall_s, 3),
-        # what the server's own counters are checked against (vllm:generation_tokens_total, its TTFT histogram)
+        # what the server's own counters are checked against (vllm:generation_tokens_total, its TTFT and e2e
+        # histograms)
         'output_tokens': tokens, 'ttft_ms_mean': _r(sum(ttft) / len(ttft) if ttft else None, 1),
+        'e2e_ms_mean': _r(sum(e2e) / len(e2e) if e2e else None, 1),
         'error_messages': sorted(set(r['error'] for r in records if r['error']))[:5],
     }
 

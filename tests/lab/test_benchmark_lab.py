@@ -1,7 +1,7 @@
 """The benchmark against the 4-node lab (playbooks/benchmark.yml) on vLLM's own engine, truth-checked against the
 engine's own counters: the tokens our client counted are the change of `vllm:generation_tokens_total` in /metrics, and
-its mean time to first token agrees with vLLM's TTFT histogram (`vllm:time_to_first_token_seconds`) within a stated
-tolerance. One deploy for the module; a second run with the first's results.json draws two series.
+its mean time to first token agrees with vLLM's TTFT histogram (`vllm:time_to_first_token_seconds`): no earlier, and
+later by no more than the client's end-to-end time is later than vLLM's e2e histogram, plus a stated slack. One deploy for the module; a second run with the first's results.json draws two series.
 
     python3 lab/labctl.py up --nodes 4 --serving && .venv/bin/python -m pytest -m lab tests/lab/test_benchmark_lab.py
 """
@@ -19,8 +19,11 @@ from ansible_lab import run_playbook, serving_cluster
 pytestmark = pytest.mark.lab
 
 CONCURRENCY = [1, 2, 4]
-# The client's TTFT includes what the server's does not: the HTTP request and the first SSE chunk on loopback from the
-# head's own namespace, and the client's thread start. Measured on this lab: under 30 ms more than the server's mean.
+# The client's TTFT includes what the server's does not: the HTTP request, its tokenization and the first SSE chunk, on
+# the head, whose CPU the engine (and in CI a second lab) keeps busy. That cost is not a constant: under a run queue of
+# 100 it reached 157 ms (CI, stop 56), against 30 ms on an idle machine. The client's e2e time carries the same cost
+# over vLLM's e2e histogram, in the same run, so it is the yardstick; the slack covers the two chunks' different waits.
+# A client timing the last token instead would be later by the whole generation (23 tokens, over 0.5 s here).
 TTFT_SLACK_MS = 150.0
 
 
@@ -31,8 +34,8 @@ def _bench(lab, results_dir, *extra):
 
 
 def engine_counters(lab):
-    """vLLM's own counters from the head's /metrics (with the key: the API guard covers it): generated tokens, TTFT
-    histogram sum (s) and count."""
+    """vLLM's own counters from the head's /metrics (with the key: the API guard covers it): generated tokens, and the
+    sum (s) and count of the TTFT and e2e histograms."""
     with open(os.path.join(lab.state_dir, "secrets", "vllm_api_key")) as handle:
         key = handle.read().strip()
     request = urllib.request.Request("http://%s:8000/metrics" % lab.mgmt_ip["spark-alpha"],
@@ -41,7 +44,8 @@ def engine_counters(lab):
         text = response.read().decode()
     values = {}
     for name in ("vllm:generation_tokens_total", "vllm:time_to_first_token_seconds_sum",
-                 "vllm:time_to_first_token_seconds_count"):
+                 "vllm:time_to_first_token_seconds_count", "vllm:e2e_request_latency_seconds_sum",
+                 "vllm:e2e_request_latency_seconds_count"):
         found = re.findall(r"^%s\{[^}]*\} ([0-9.e+-]+)$" % re.escape(name), text, re.M)
         assert found, "%s is not in vLLM's /metrics" % name
         values[name] = sum(float(v) for v in found)
@@ -84,11 +88,25 @@ def test_our_counts_are_the_engine_s_own(first_run):
         assert row["total_tok_s"] > 0 and row["ttft_ms_median"] > 0 and row["itl_ms_median"] > 0
     # every token and every first token the benchmark saw, and no other, went through vLLM's counters
     assert engine["vllm:generation_tokens_total"] == sum(r["output_tokens"] for r in rows)
-    assert engine["vllm:time_to_first_token_seconds_count"] == sum(r["requests"] for r in rows)
-    server_ttft_ms = 1000.0 * engine["vllm:time_to_first_token_seconds_sum"] / engine["vllm:time_to_first_token_seconds_count"]
-    client_ttft_ms = sum(r["ttft_ms_mean"] * r["requests"] for r in rows) / sum(r["requests"] for r in rows)
-    print("TTFT mean: client %.1f ms, vLLM's histogram %.1f ms" % (client_ttft_ms, server_ttft_ms))
-    assert server_ttft_ms <= client_ttft_ms + 1.0 <= server_ttft_ms + TTFT_SLACK_MS + 1.0
+    requests = sum(r["requests"] for r in rows)
+    assert engine["vllm:time_to_first_token_seconds_count"] == requests
+    assert engine["vllm:e2e_request_latency_seconds_count"] == requests
+
+    def server_ms(histogram):
+        return 1000.0 * engine[histogram + "_sum"] / engine[histogram + "_count"]
+
+    def client_ms(column):
+        return sum(r[column] * r["requests"] for r in rows) / requests
+
+    ttft_later_ms = client_ms("ttft_ms_mean") - server_ms("vllm:time_to_first_token_seconds")
+    e2e_later_ms = client_ms("e2e_ms_mean") - server_ms("vllm:e2e_request_latency_seconds")
+    figures = "mean TTFT: client %.1f ms, vLLM %.1f ms; mean e2e: client %.1f ms, vLLM %.1f ms" % (
+        client_ms("ttft_ms_mean"), server_ms("vllm:time_to_first_token_seconds"), client_ms("e2e_ms_mean"),
+        server_ms("vllm:e2e_request_latency_seconds"))
+    print(figures)
+    # 1 ms: the rows' means are rounded to 0.1 ms
+    assert ttft_later_ms >= -1.0, "the client's first token came before vLLM's: " + figures
+    assert ttft_later_ms <= max(e2e_later_ms, 0.0) + TTFT_SLACK_MS, figures
     print(out[out.index("conc "):out.index("Results:")])
 
 

@@ -41,8 +41,23 @@ CHAT_LINES = [
 
 
 @pytest.mark.parametrize('lines, times, expected', [
-    # chat deltas: the empty role chunk is not a token; 2 tokens 0.5 s apart -> 2 tok/s... (n-1)/dt = 1/0.5
-    (CHAT_LINES, [0.1, 0.1, 0.3, 0.8, 0.8, 0.8], {'ok': True, 'output_tokens': 2, 'ttft_s': 0.3, 'per_user_tok_s': 2.0}),
+    # chat deltas: the empty role chunk is not a token; 2 tokens 0.5 s apart -> 2 tok/s... (n-1)/dt = 1/0.5; the
+    # request ends with its stream ([DONE] at 1.0 s), after the last content
+    (CHAT_LINES, [0.1, 0.1, 0.3, 0.8, 0.9, 1.0],
+     {'ok': True, 'output_tokens': 2, 'ttft_s': 0.3, 'per_user_tok_s': 2.0, 'e2e_s': 1.0}),
+    # vLLM's chunks of tokens that complete no character (recorded on the lab's engine: "text": ""): tokens all the
+    # same, so the rate is 3 gaps over 0.6 s and the inter-token gaps are 0.2 s each; the usage chunk carries none
+    (['data: {"choices": [{"index": 0, "text": "9", "logprobs": null, "finish_reason": null}]}',
+      'data: {"choices": [{"index": 0, "text": "ariable", "logprobs": null, "finish_reason": null}]}',
+      'data: {"choices": [{"index": 0, "text": "", "logprobs": null, "finish_reason": null}]}',
+      'data: {"choices": [{"index": 0, "text": "", "logprobs": null, "finish_reason": "length"}]}',
+      'data: {"choices": [], "usage": {"prompt_tokens": 67, "total_tokens": 71, "completion_tokens": 4}}',
+      'data: [DONE]'], [0.2, 0.4, 0.6, 0.8, 0.81, 0.82],
+     {'ok': True, 'output_tokens': 4, 'ttft_s': 0.2, 'e2e_s': 0.82, 'per_user_tok_s': 5.0,
+      'itl_s': [pytest.approx(0.2)] * 3}),
+    # chat: a chunk of a token without a character is a token; the role chunk is not
+    (['data: {"choices": [{"delta": {"role": "assistant", "content": ""}}]}', 'data: {"choices": [{"delta": {"content": ""}}]}',
+      'data: {"choices": [{"delta": {"content": "b"}}]}'], [0.1, 0.3, 0.5], {'ok': True, 'ttft_s': 0.3, 'output_tokens': 2}),
     # an error event from the server
     (['data: {"error": {"message": "overloaded"}}'], [0.2], {'ok': False, 'error': 'overloaded', 'output_tokens': 0}),
     # nothing streamed
@@ -78,6 +93,7 @@ def test_summarize_level_and_report():
     assert row['per_user_tok_s_median'] == 5.0 and row['per_user_tok_s_min'] == 5.0   # 3/0.6 = 5, 3/0.3 = 10
     assert row['total_tok_s'] == 4.0                                                  # 8 tokens / 2 s
     assert row['output_tokens'] == 8 and row['ttft_ms_mean'] == 200.0                 # what vLLM's counters must show
+    assert row['e2e_ms_mean'] == 650.0                                                # (0.4 s + 0.9 s) / 2
     assert row['itl_ms_median'] == 100.0
     one = summarize_level(1, [_ok(0.05, [0.02, 0.04])], wall_s=0.1)
     rows = [one, row]
