@@ -10,20 +10,20 @@ import yaml
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils.cluster_plan import (
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.cluster_plan import (
     ClusterPlanError,
     build_plan,
     render_plan_table,
 )
-from ansible_collections.dgxspark.cluster.plugins.module_utils.inventory_schema import (
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.inventory_schema import (
     cluster_variable_names,
     host_variable_names,
 )
-from ansible_collections.dgxspark.cluster.plugins.module_utils.profile_schema import site_patches
-from ansible_collections.dgxspark.cluster.plugins.module_utils.secrets_dir import controller_secrets_dir, secrets_dir_problem
-from ansible_collections.dgxspark.cluster.plugins.module_utils import role_inputs
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.profile_schema import site_patches
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.secrets_dir import controller_secrets_dir, secrets_dir_problem
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils import role_inputs
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils import serving_command
-from ansible_collections.dgxspark.cluster.plugins.module_utils.inventory_names import (
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.inventory_names import (
     known_names,
     unknown_variable_problems,
     variable_prefixes,

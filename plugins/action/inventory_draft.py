@@ -11,7 +11,7 @@ import os
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.dgxspark.cluster.plugins.action.cluster_plan import BUILTIN_PROFILES_DIR, load_profiles
-from ansible_collections.dgxspark.cluster.plugins.module_utils.cluster_plan import ClusterPlanError, build_plan
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.cluster_plan import ClusterPlanError, build_plan
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils import inventory_draft as draft_lib
 
 

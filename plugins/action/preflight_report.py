@@ -10,7 +10,7 @@ import yaml
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils.preflight import evaluate, render
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.preflight import evaluate, render
 
 COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -11,7 +11,7 @@ import base64
 import yaml
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.dgxspark.cluster.plugins.module_utils.netplan import (
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.netplan import (
     NetplanConfigError,
     by_host,
     changed_hosts,
@@ -22,7 +22,7 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils.netplan import (
     preflight_problems,
     preflight_summary,
 )
-from ansible_collections.dgxspark.cluster.plugins.module_utils.netplan_check import (
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.netplan_check import (
     fabric_problems,
 )
 
@@ -51,7 +51,7 @@ def _parse_netplan_files(files):
 def cx7_netplan_config(plan, host, mtu=None, renderer=None, routes=None, optional=True, observed=None, netplan_files=None,
                        facts=None, probe=None, fabric_results=None):
     """The node's rail configuration; with observed/netplan_files also ``problems``, with facts and/or probe also ``drift``,
-    with fabric_results also ``fabric_problems``. See plugins/module_utils/netplan.py."""
+    with fabric_results also ``fabric_problems``. See plugins/plugin_utils/netplan.py."""
     try:
         config = node_config(plan, host, mtu=mtu, renderer=renderer, routes=routes, optional=optional)
     except NetplanConfigError as exc:

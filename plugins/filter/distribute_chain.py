@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: dgxspark.cluster contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Filters of the distribute role over module_utils/distribute_plan.py (each documented in its own <name>.yml):
+"""Filters of the distribute role over plugin_utils/distribute_plan.py (each documented in its own <name>.yml):
 distribute_chain, distribute_image_targets, distribute_lacking_files, distribute_relay_argv,
 distribute_senders."""
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
-from ansible_collections.dgxspark.cluster.plugins.module_utils.distribute_plan import chain, image_targets, lacking_files, relay_argv, senders
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.distribute_plan import chain, image_targets, lacking_files, relay_argv, senders
 
 
 def distribute_chain(plan, targets, head=None, rail=None):

@@ -11,7 +11,7 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils.fabric import (
     build_fabric_report,
     ring_pairs,
 )
-from ansible_collections.dgxspark.cluster.plugins.module_utils.fabric_role import (
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.fabric_role import (
     collect_probes,
     ib_runs,
     nccl_argv,

@@ -6,12 +6,12 @@
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.dgxspark.cluster.plugins.module_utils.monitoring_config import (
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.monitoring_config import (
     MonitoringConfigError, node_metrics_config, prometheus_config)
 
 
 def monitoring_prometheus_config(plan, settings):
-    """prometheus.yml as data; see plugins/module_utils/monitoring_config.py."""
+    """prometheus.yml as data; see plugins/plugin_utils/monitoring_config.py."""
     try:
         return prometheus_config(plan, settings)
     except (MonitoringConfigError, KeyError, TypeError) as exc:
@@ -19,7 +19,7 @@ def monitoring_prometheus_config(plan, settings):
 
 
 def monitoring_node_metrics_config(host, plan, settings):
-    """The textfile gauges' settings of one node; see plugins/module_utils/monitoring_config.py."""
+    """The textfile gauges' settings of one node; see plugins/plugin_utils/monitoring_config.py."""
     try:
         return node_metrics_config(host, plan, settings)
     except (MonitoringConfigError, KeyError, TypeError) as exc:

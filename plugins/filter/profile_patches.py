@@ -7,7 +7,7 @@ patch_node_files.yml)."""
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.dgxspark.cluster.plugins.module_utils import profile_schema
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils import profile_schema
 
 
 def patch_refusals(patches, vllm_version, profile_name):

@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.dgxspark.cluster.plugins.module_utils.rank_failures import RankFailuresError, failures_text
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.rank_failures import RankFailuresError, failures_text
 
 
 def rank_failures(infos, logs, nodes, container):

@@ -6,11 +6,11 @@
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.dgxspark.cluster.plugins.module_utils.ray_membership import ray_membership as build_ray_membership
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.ray_membership import ray_membership as build_ray_membership
 
 
 def ray_membership(ray_nodes, plan, gpus_per_node=1):
-    """Alive, missing, dead and unexpected Ray nodes; see plugins/module_utils/ray_membership.py."""
+    """Alive, missing, dead and unexpected Ray nodes; see plugins/plugin_utils/ray_membership.py."""
     try:
         return build_ray_membership(ray_nodes, plan, gpus_per_node=gpus_per_node)
     except (ValueError, KeyError, TypeError) as exc:

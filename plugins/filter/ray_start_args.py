@@ -6,11 +6,11 @@
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.dgxspark.cluster.plugins.module_utils.ray_start import RayStartError, ray_start_argv
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.ray_start import RayStartError, ray_start_argv
 
 
 def ray_start_args(ports, role, node_ip, head_ip, num_gpus=1, dashboard=False, client_server=True, object_store_memory=None):
-    """Argv list after `ray start`; see plugins/module_utils/ray_start.py ray_start_argv."""
+    """Argv list after `ray start`; see plugins/plugin_utils/ray_start.py ray_start_argv."""
     try:
         return ray_start_argv(ports, role, node_ip, head_ip, num_gpus=num_gpus, dashboard=dashboard,
                               client_server=client_server, object_store_memory=object_store_memory)

@@ -7,7 +7,7 @@ controller_secrets_dir.yml)."""
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.dgxspark.cluster.plugins.module_utils.secrets_dir import controller_secrets_dir as resolve
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.secrets_dir import controller_secrets_dir as resolve
 
 
 def controller_secrets_dir(inventory_dir):

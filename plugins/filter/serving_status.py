@@ -6,12 +6,12 @@
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.dgxspark.cluster.plugins.module_utils.serving_status import build_serving_status
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.serving_status import build_serving_status
 
 
 def serving_status(plan, probes, vllm=None, membership=None, unreachable=None, now=None, served_model_name=None, firewall=None,
                    supervisor=None, release=None):
-    """Status table and problems; see plugins/module_utils/serving_status.py build_serving_status."""
+    """Status table and problems; see plugins/plugin_utils/serving_status.py build_serving_status."""
     try:
         return build_serving_status(plan, probes, vllm=vllm, membership=membership, unreachable=unreachable, now=now,
                                     served_model_name=served_model_name, firewall=firewall, supervisor=supervisor,

@@ -6,12 +6,12 @@
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.dgxspark.cluster.plugins.module_utils.supervisor_config import (
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.supervisor_config import (
     SupervisorConfigError, node_ctl_config, supervisor_config as build_supervisor_config)
 
 
 def supervisor_config(plan, settings):
-    """The supervisor's configuration; see plugins/module_utils/supervisor_config.py."""
+    """The supervisor's configuration; see plugins/plugin_utils/supervisor_config.py."""
     try:
         return build_supervisor_config(plan, settings)
     except (SupervisorConfigError, KeyError, TypeError) as exc:
@@ -19,7 +19,7 @@ def supervisor_config(plan, settings):
 
 
 def supervisor_node_ctl_config(host, plan, settings):
-    """What the supervisor's node command may touch on a node; see plugins/module_utils/supervisor_config.py."""
+    """What the supervisor's node command may touch on a node; see plugins/plugin_utils/supervisor_config.py."""
     try:
         return node_ctl_config(host, plan, settings)
     except (KeyError, TypeError) as exc:

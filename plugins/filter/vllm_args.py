@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.dgxspark.cluster.plugins.module_utils.vllm_args import (
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.vllm_args import (
     VllmArgsError,
     executor_environment as _executor_environment,
     executor_options as _executor_options,
@@ -16,7 +16,7 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils.vllm_args import 
 
 
 def vllm_args(options, list_style=None):
-    """Argv list of vLLM options; see plugins/module_utils/vllm_args.py vllm_argv."""
+    """Argv list of vLLM options; see plugins/plugin_utils/vllm_args.py vllm_argv."""
     try:
         return vllm_argv(options, list_style)
     except VllmArgsError as exc:

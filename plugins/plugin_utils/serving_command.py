@@ -19,9 +19,9 @@ import json
 import shlex
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils.nccl_env import NODE_VALUE, NON_CARRY_OVER_KEY, planned_nccl_env
-from ansible_collections.dgxspark.cluster.plugins.module_utils.profile_schema import patch_container_env
-from ansible_collections.dgxspark.cluster.plugins.module_utils.ray_start import ray_start_argv
-from ansible_collections.dgxspark.cluster.plugins.module_utils.vllm_args import executor_environment, executor_options, vllm_argv
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.profile_schema import patch_container_env
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.ray_start import ray_start_argv
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.vllm_args import executor_environment, executor_options, vllm_argv
 
 # Paths on a node, and where the containers see them (the roles write the files there).
 PATHS = {

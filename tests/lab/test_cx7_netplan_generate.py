@@ -1,12 +1,12 @@
 """The netplan files the collection renders pass the real `netplan generate` (netplan.io of a lab node, as on a Spark).
 
-Rendering is pure Python (plugins/module_utils/netplan.py); this feeds its output, in several shapes, to netplan
+Rendering is pure Python (plugins/plugin_utils/netplan.py); this feeds its output, in several shapes, to netplan
 itself in a scratch root inside a lab node, so a document netplan would reject cannot pass the unit tables.
 """
 
 import pytest
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils.netplan import node_config
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.netplan import node_config
 
 pytestmark = pytest.mark.lab
 

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Tests of the cluster plan (module_utils/cluster_plan.py) and the inventory schema."""
+"""Tests of the cluster plan (plugin_utils/cluster_plan.py) and the inventory schema."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import re
 import pytest
 
 from ansible_collections.dgxspark.cluster.plugins.action.cluster_plan import load_profiles
-from ansible_collections.dgxspark.cluster.plugins.module_utils import cluster_plan as cp
-from ansible_collections.dgxspark.cluster.plugins.module_utils import inventory_schema as schema
-from ansible_collections.dgxspark.cluster.plugins.module_utils.profile_schema import PROFILE_FIELDS
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils import cluster_plan as cp
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils import inventory_schema as schema
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.profile_schema import PROFILE_FIELDS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROFILES_DIR = os.path.join(ROOT, 'profiles', 'models')

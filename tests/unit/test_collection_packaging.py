@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import pathlib
@@ -100,7 +101,7 @@ def test_tarball_holds_plugins_and_profiles_but_not_test_beds(built_collection):
     with tarfile.open(built_collection) as tar:
         names = set(tar.getnames())
     assert "plugins/modules/cx7_facts.py" in names
-    assert "plugins/module_utils/cluster_plan.py" in names
+    assert "plugins/plugin_utils/cluster_plan.py" in names
     assert "profiles/models/qwen3_5_397b_a17b_fp8.yml" in names
     assert "playbooks/plan.yml" in names
     for prefix in ("tests/", "lab/", "bench/", "molecule/", "tools/", ".venv/", ".build/") + tuple(d + "/" for d in CONTROLLER_OUTPUT):
@@ -130,3 +131,33 @@ def test_installed_tarball_works_outside_the_checkout(built_collection, tmp_path
     assert syntax.returncode == 0, syntax.stdout + syntax.stderr
     for name in names:
         assert "ansible_collections/dgxspark/cluster/playbooks/%s.yml" % name in syntax.stdout, (name, syntax.stdout)
+
+
+UTILS = "ansible_collections.dgxspark.cluster.plugins."
+
+
+def imported_utils(path):
+    """The collection's (kind, name) pairs that a Python file imports, kind module_utils or plugin_utils."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(UTILS):
+            parts = node.module[len(UTILS):].split(".")
+            names = parts[1:2] or [alias.name for alias in node.names]
+            found |= {(parts[0], name) for name in names}
+    return found
+
+
+def test_module_utils_holds_what_modules_send_to_nodes_and_no_controller_code():
+    """module_utils is what a module ships to a node (with what it imports in turn); controller-only logic lives in
+    plugin_utils, which nothing sent to a node imports."""
+    shipped, pending = set(), list((REPO / "plugins/modules").glob("*.py"))
+    while pending:
+        for kind, name in imported_utils(pending.pop()):
+            assert kind == "module_utils", "%s is imported by code sent to nodes: it belongs in module_utils" % name
+            if name not in shipped:
+                shipped.add(name)
+                pending.append(REPO / "plugins/module_utils" / (name + ".py"))
+    present = {p.stem for p in (REPO / "plugins/module_utils").glob("*.py") if p.stem != "__init__"}
+    assert present - shipped == set(), "no module imports these: move them to plugins/plugin_utils"
+    assert len(shipped) >= 15 and {"cx7", "nccl_env", "phase_state"} <= shipped
+    assert {p.stem for p in (REPO / "plugins/plugin_utils").glob("*.py")} >= {"cluster_plan", "serving_command"}

@@ -12,7 +12,7 @@ import os
 import pytest
 import yaml
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils.fabric_role import nccl_argv
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.fabric_role import nccl_argv
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MODULE = 'community.docker.docker_container'

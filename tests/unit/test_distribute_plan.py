@@ -1,7 +1,7 @@
-"""Table tests for the distribute role's computations (plugins/module_utils/distribute_plan.py and its filters)."""
+"""Table tests for the distribute role's computations (plugins/plugin_utils/distribute_plan.py and its filters)."""
 import pytest
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils.distribute_plan import (
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.distribute_plan import (
     RELAY, chain, image_targets, lacking_files, relay_argv, senders)
 
 PLAN = {

@@ -35,7 +35,7 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils.fabric import (
     ping_payload,
     ring_pairs,
 )
-from ansible_collections.dgxspark.cluster.plugins.module_utils.fabric_role import (
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.fabric_role import (
     NCCL_CONTAINER_NAME,
     collect_probes,
     ib_runs,

@@ -9,8 +9,8 @@ import os
 import pytest
 import yaml
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils import inventory_names as names
-from ansible_collections.dgxspark.cluster.plugins.module_utils import inventory_schema as schema
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils import inventory_names as names
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils import inventory_schema as schema
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

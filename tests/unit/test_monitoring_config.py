@@ -1,4 +1,4 @@
-"""The monitoring role's configurations from the cluster plan (plugins/module_utils/monitoring_config.py), over a plan
+"""The monitoring role's configurations from the cluster plan (plugins/plugin_utils/monitoring_config.py), over a plan
 the collection's cluster_plan module made for a 4-node inventory (tests/unit/fixtures); the Prometheus configuration
 is also checked by Prometheus' own promtool where tools/promtool.sh unpacked it."""
 import copy
@@ -9,7 +9,7 @@ import subprocess
 import pytest
 import yaml
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils.monitoring_config import (
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.monitoring_config import (
     MonitoringConfigError, node_metrics_config, prometheus_config)
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -14,7 +14,7 @@ import yaml
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.dgxspark.cluster.plugins.filter.cx7_netplan_config import FilterModule
-from ansible_collections.dgxspark.cluster.plugins.module_utils.netplan import (
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.netplan import (
     NetplanConfigError,
     by_host,
     changed_hosts,
@@ -32,7 +32,7 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils.netplan import (
     validate_renderer,
     validate_routes,
 )
-from ansible_collections.dgxspark.cluster.plugins.module_utils.netplan_check import (
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.netplan_check import (
     fabric_problems,
     probe_errors,
     probe_failures,
@@ -136,7 +136,7 @@ def test_addresses_per_node(host, rail1, rail2):
 def test_addresses_from_the_real_cluster_plan():
     """The same inventory gives seed 000's addresses: .10-.13 on 192.168.100.0/24 for alpha..delta, rail 2 on its own subnet."""
     from ansible_collections.dgxspark.cluster.plugins.action.cluster_plan import BUILTIN_PROFILES_DIR, load_profiles
-    from ansible_collections.dgxspark.cluster.plugins.module_utils.cluster_plan import build_plan
+    from ansible_collections.dgxspark.cluster.plugins.plugin_utils.cluster_plan import build_plan
     with open(os.path.join(ROOT, 'inventories', 'lab', 'group_vars', 'all.yml')) as handle:
         cluster = yaml.safe_load(handle)
     cluster = dict((k, v) for k, v in cluster.items() if k.startswith('dgxspark_') and '{{' not in str(v))

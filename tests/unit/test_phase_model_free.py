@@ -85,7 +85,8 @@ PLAN_BUILDER = 'cluster_plan'
 
 
 def _plugins_called(role_dir):
-    """The collection's plugin files a role calls (dgxspark.cluster.<name>), with the module_utils they import."""
+    """The collection's plugin files a role calls (dgxspark.cluster.<name>), with the module_utils and plugin_utils they
+    import, and what those import in turn."""
     found = set()
     for path in _files([role_dir]):
         with open(path, encoding='utf-8') as handle:
@@ -102,10 +103,14 @@ def _plugins_called(role_dir):
             for candidate in _files([os.path.join(REPO, 'plugins', 'filter')]):
                 if candidate.endswith('.py') and re.search(r"['\"]%s['\"]\s*:" % name, open(candidate, encoding='utf-8').read()):
                     files.add(candidate)
-    for path in list(files):
-        with open(path, encoding='utf-8') as handle:
-            for util in re.findall(r'plugins\.module_utils(?:\.|\s+import\s+)([a-z0-9_]+)', handle.read()):
-                files.add(os.path.join(REPO, 'plugins', 'module_utils', util + '.py'))
+    pending = list(files)
+    while pending:
+        with open(pending.pop(), encoding='utf-8') as handle:
+            for kind, util in re.findall(r'plugins\.(module_utils|plugin_utils)(?:\.|\s+import\s+)([a-z0-9_]+)', handle.read()):
+                path = os.path.join(REPO, 'plugins', kind, util + '.py')
+                if path not in files and os.path.isfile(path):
+                    files.add(path)
+                    pending.append(path)
     return sorted(f for f in files if os.path.isfile(f))
 
 
@@ -132,9 +137,9 @@ def test_a_model_free_role_reads_no_model_input(role):
     assert hits == [], 'a model-free phase reads a model input: mark it so in deploy.yml or narrow the lists'
 
 
-def test_the_check_follows_a_role_into_its_plugins_and_their_module_utils():
+def test_the_check_follows_a_role_into_its_plugins_and_their_utils():
     found = [os.path.relpath(p, REPO) for p in _plugins_called(os.path.join(REPO, 'roles', 'cx7_netplan'))]
-    assert 'plugins/filter/cx7_netplan_config.py' in found and 'plugins/module_utils/netplan.py' in found, found
+    assert 'plugins/filter/cx7_netplan_config.py' in found and 'plugins/plugin_utils/netplan.py' in found, found
     assert 'plugins/action/cluster_plan.py' not in found
 
 

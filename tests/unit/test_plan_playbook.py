@@ -9,7 +9,7 @@ import shutil
 import subprocess
 
 import pytest
-from ansible_collections.dgxspark.cluster.plugins.module_utils.secrets_dir import controller_secrets_dir
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.secrets_dir import controller_secrets_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ANSIBLE_PLAYBOOK = os.path.join(ROOT, '.venv', 'bin', 'ansible-playbook')

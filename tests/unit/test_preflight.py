@@ -1,10 +1,10 @@
-"""Table tests for the preflight verdict (plugins/module_utils/preflight.py): each bad reading names the node, what was
+"""Table tests for the preflight verdict (plugins/plugin_utils/preflight.py): each bad reading names the node, what was
 found, what was expected and the fix; every problem is listed at once; healthy readings pass."""
 import copy
 
 import pytest
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils import preflight
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils import preflight
 
 HOSTS = ['spark-alpha', 'spark-beta', 'spark-gamma', 'spark-delta']
 PLAN = {

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils import profile_schema as ps
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils import profile_schema as ps
 
 GOOD = b'print("marker")\n'
 GOOD_SHA = hashlib.sha256(GOOD).hexdigest()
@@ -75,7 +75,7 @@ def test_unreadable_version_is_an_error():
 
 
 def test_plan_profile_validation_lists_patch_problems_with_the_others(base):
-    from ansible_collections.dgxspark.cluster.plugins.module_utils import cluster_plan as cp
+    from ansible_collections.dgxspark.cluster.plugins.plugin_utils import cluster_plan as cp
     problems = cp.validate_profile('m', {'patches': [entry(sha256='0' * 64)], '_dir': base})
     assert any('sha256 mismatch' in p for p in problems)
     assert any('field ' in p for p in problems)  # the other profile problems are still listed

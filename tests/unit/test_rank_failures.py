@@ -1,4 +1,4 @@
-"""The ranks of vLLM's mp backend that stopped (module_utils/rank_failures.py, filter rank_failures), over the real logs
+"""The ranks of vLLM's mp backend that stopped (plugin_utils/rank_failures.py, filter rank_failures), over the real logs
 of three headless ranks after a corrupt shard on spark-delta (fixtures/rank_failures/README.md) and a real `docker
 inspect` of a headless rank (fixtures/release/docker_inspect_mp_worker.json) with each recorded state."""
 import copy
@@ -9,7 +9,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.dgxspark.cluster.plugins.filter.rank_failures import rank_failures
-from ansible_collections.dgxspark.cluster.plugins.module_utils.rank_failures import (RankFailuresError, failures_text,
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.rank_failures import (RankFailuresError, failures_text,
                                                                                      stopped_ranks)
 
 HERE = os.path.dirname(os.path.abspath(__file__))

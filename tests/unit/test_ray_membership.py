@@ -11,7 +11,7 @@ import pytest
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.dgxspark.cluster.plugins.filter.ray_membership import FilterModule
-from ansible_collections.dgxspark.cluster.plugins.module_utils.ray_membership import RayMembershipError, load_ray_nodes, ray_membership
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.ray_membership import RayMembershipError, load_ray_nodes, ray_membership
 
 FIXTURES = pathlib.Path(__file__).parent / 'fixtures' / 'ray_membership'
 HOSTS = ['spark-alpha', 'spark-beta', 'spark-gamma', 'spark-delta']

@@ -1,7 +1,7 @@
 """ray start arguments: fixed ports, head/worker, dashboard on loopback only, every bad input refused."""
 import pytest
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils.ray_start import (
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.ray_start import (
     RayStartError,
     ray_ports_in_use,
     ray_start_argv,

@@ -10,7 +10,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.dgxspark.cluster.plugins.filter.release import release_backend as release_backend_filter
 from ansible_collections.dgxspark.cluster.plugins.filter.release import release_id as release_id_filter
 from ansible_collections.dgxspark.cluster.plugins.module_utils import release
-from ansible_collections.dgxspark.cluster.plugins.module_utils.serving_status import build_serving_status
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.serving_status import build_serving_status
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

@@ -13,7 +13,7 @@ import pytest
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.dgxspark.cluster.plugins.filter.vllm_args import FilterModule
-from ansible_collections.dgxspark.cluster.plugins.module_utils import cluster_plan as cp
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils import cluster_plan as cp
 from ansible_collections.dgxspark.cluster.plugins.module_utils.rendezvous import (
     RendezvousError,
     RendezvousWatch,

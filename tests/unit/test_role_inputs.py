@@ -9,7 +9,7 @@ import os
 import pytest
 import yaml
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils import role_inputs as ri
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils import role_inputs as ri
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SPECS = ri.role_specs(ROOT)
@@ -262,7 +262,7 @@ def test_every_variable_the_checks_name_is_a_role_s_or_the_collection_s():
         ['ray_cluster_ports', 'node_firewall_api_port', 'node_firewall_ray_ports', 'node_firewall_api_allowed_cidrs',
          'vllm_container_api_key', 'vllm_container_hf_token', 'ray_cluster_auth_token']
     assert [name for name in named if not name.startswith('dgxspark_') and name not in options] == []
-    from ansible_collections.dgxspark.cluster.plugins.module_utils import inventory_names  # pylint: disable=C0415
+    from ansible_collections.dgxspark.cluster.plugins.plugin_utils import inventory_names  # pylint: disable=C0415
     known = inventory_names.known_names(ROOT)
     assert [name for name in named + list(ri.API_CIDR_VARIABLES) + ['dgxspark_hf_token'] if name not in known] == []
 

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from ansible_collections.dgxspark.cluster.plugins.filter.secrets_dir import controller_secrets_dir as secrets_filter
-from ansible_collections.dgxspark.cluster.plugins.module_utils.secrets_dir import (
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.secrets_dir import (
     controller_secrets_dir, secrets_dir_problem, shared_secrets_dir)
 from ansible.errors import AnsibleFilterError
 

@@ -13,8 +13,8 @@ import pytest
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.dgxspark.cluster.plugins.filter.serving_status import FilterModule
-from ansible_collections.dgxspark.cluster.plugins.module_utils.ray_membership import ray_membership
-from ansible_collections.dgxspark.cluster.plugins.module_utils.serving_status import ServingStatusError, build_serving_status
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.ray_membership import ray_membership
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.serving_status import ServingStatusError, build_serving_status
 from ansible_collections.dgxspark.cluster.plugins.module_utils.vllm_progress import container_state, first_exceptions, missing_container
 
 FIXTURES = pathlib.Path(__file__).parent / 'fixtures'

@@ -1,4 +1,4 @@
-"""The supervisor's configuration from the cluster plan (plugins/module_utils/supervisor_config.py), over a plan the
+"""The supervisor's configuration from the cluster plan (plugins/plugin_utils/supervisor_config.py), over a plan the
 collection's cluster_plan module made for a 4-node inventory (tests/unit/fixtures), and the core's own check of it."""
 import copy
 import importlib.util
@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils.supervisor_config import (
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.supervisor_config import (
     SupervisorConfigError, node_ctl_config, supervisor_config)
 
 HERE = os.path.dirname(os.path.abspath(__file__))

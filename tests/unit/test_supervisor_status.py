@@ -1,4 +1,4 @@
-"""What status.yml says of the supervisor (plugins/module_utils/supervisor_status.py), over reports of the shape the
+"""What status.yml says of the supervisor (plugins/plugin_utils/supervisor_status.py), over reports of the shape the
 supervisor's own code writes (roles/supervisor/files/dgxspark_supervisor.py's Supervisor.report: checked below)."""
 import importlib.util
 import os
@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils.supervisor_status import supervisor_status
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.supervisor_status import supervisor_status
 
 NOW = 1795746673.0
 GIB = 1024 * 1024

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: dgxspark.cluster contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Unit tests for plugins/module_utils/vllm_args.py and the vllm_args filter."""
+"""Unit tests for plugins/plugin_utils/vllm_args.py and the vllm_args filter."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.dgxspark.cluster.plugins.filter.vllm_args import FilterModule, vllm_args
-from ansible_collections.dgxspark.cluster.plugins.module_utils.vllm_args import (
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.vllm_args import (
     LIST_STYLES,
     VllmArgsError,
     normalize_option,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils.profile_schema import version_problems
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.profile_schema import version_problems
 
 CHECKS = ('ssh', 'gpu', 'memory', 'docker', 'image', 'model', 'fabric', 'ports', 'clock', 'os')
 GIB_KIB = 1024 * 1024

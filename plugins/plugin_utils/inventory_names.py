@@ -18,8 +18,8 @@ import difflib
 import functools
 import os
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils.inventory_schema import declared_names
-from ansible_collections.dgxspark.cluster.plugins.module_utils.role_inputs import role_entry_points
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.inventory_schema import declared_names
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.role_inputs import role_entry_points
 
 COLLECTION_PREFIX = 'dgxspark_'
 

@@ -16,7 +16,7 @@ import datetime
 import time
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils.release import status_line
-from ansible_collections.dgxspark.cluster.plugins.module_utils.supervisor_status import supervisor_status
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.supervisor_status import supervisor_status
 from ansible_collections.dgxspark.cluster.plugins.module_utils.vllm_progress import (
     VllmProgressError,
     error_lines,

@@ -31,13 +31,13 @@ from __future__ import annotations
 
 import math
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils.role_inputs import REVIEWED_COMMIT as COMMIT, interface_name_problem
-from ansible_collections.dgxspark.cluster.plugins.module_utils.profile_schema import (
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.role_inputs import REVIEWED_COMMIT as COMMIT, interface_name_problem
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.profile_schema import (
     plan_patches,
     validate_patches,
     validate_profile_fields,
 )
-from ansible_collections.dgxspark.cluster.plugins.module_utils.inventory_schema import (
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.inventory_schema import (
     DEFAULT_FROM_PROFILE,
     DEFAULT_NODE_COUNT,
     DEFAULT_RUNTIME_OVERHEAD_GIB,

@@ -23,7 +23,7 @@ import re
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils.inventory_schema import plain, type_word
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.inventory_schema import plain, type_word
 
 try:
     import yaml
