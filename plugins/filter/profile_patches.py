@@ -1,8 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: dgxspark.cluster contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Filters over a plan's profile patches (documented in patch_refusals.yml, patch_container_env.yml,
-patch_node_files.yml)."""
+"""Filters over a plan's profile patches (documented in patch_refusals.yml and patch_node_files.yml)."""
 
 from __future__ import annotations
 
@@ -16,14 +15,6 @@ def patch_refusals(patches, vllm_version, profile_name):
         return profile_schema.version_problems(profile_name, patches, vllm_version)
     except ValueError as exc:
         raise AnsibleFilterError('patch_refusals: %s (the image of profile %s)' % (exc, profile_name)) from exc
-
-
-def patch_container_env(patches):
-    """The serving containers' environment for the patches."""
-    try:
-        return profile_schema.patch_container_env(patches)
-    except (KeyError, TypeError) as exc:
-        raise AnsibleFilterError('patch_container_env: a patch lacks %s' % exc) from exc
 
 
 def patch_node_files(patches, base_dir=''):
@@ -40,6 +31,5 @@ class FilterModule:
     def filters(self):
         return {
             'patch_refusals': patch_refusals,
-            'patch_container_env': patch_container_env,
             'patch_node_files': patch_node_files,
         }

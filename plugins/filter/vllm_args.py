@@ -8,8 +8,6 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils.vllm_args import (
     VllmArgsError,
-    executor_environment as _executor_environment,
-    executor_options as _executor_options,
     executor_rendezvous as _executor_rendezvous,
     vllm_argv,
 )
@@ -19,22 +17,6 @@ def vllm_args(options, list_style=None):
     """Argv list of vLLM options; see plugins/plugin_utils/vllm_args.py vllm_argv."""
     try:
         return vllm_argv(options, list_style)
-    except VllmArgsError as exc:
-        raise AnsibleFilterError(str(exc)) from exc
-
-
-def executor_options(plan, host):
-    """The vLLM options of host's rank that the plan's executor backend decides (documented in executor_options.yml)."""
-    try:
-        return _executor_options(plan, host)
-    except VllmArgsError as exc:
-        raise AnsibleFilterError(str(exc)) from exc
-
-
-def executor_environment(plan, host):
-    """vllm-serve.sh's environment for host's rank (documented in executor_environment.yml)."""
-    try:
-        return _executor_environment(plan, host)
     except VllmArgsError as exc:
         raise AnsibleFilterError(str(exc)) from exc
 
@@ -51,5 +33,4 @@ class FilterModule:
     """Filters that build vLLM command lines."""
 
     def filters(self):
-        return {"vllm_args": vllm_args, "executor_options": executor_options, "executor_environment": executor_environment,
-                "executor_rendezvous": executor_rendezvous}
+        return {"vllm_args": vllm_args, "executor_rendezvous": executor_rendezvous}

@@ -12,8 +12,6 @@ import sys
 
 import pytest
 
-from ansible.errors import AnsibleFilterError
-from ansible_collections.dgxspark.cluster.plugins.filter.ibdev2netdev import FilterModule
 from ansible_collections.dgxspark.cluster.plugins.module_utils.cx7 import (
     Ibdev2netdevParseError,
     IpAddrJsonError,
@@ -648,17 +646,12 @@ def test_build_propagates_parse_errors():
         build_device_records("nonsense", [])
 
 
-# ---------------------------------------------------------------- filter
+# ---------------------------------------------------------------- the parser's own error
 
-def test_filter_parses():
-    ibdev2netdev_filter = FilterModule().filters()["ibdev2netdev"]
-    assert ibdev2netdev_filter(fixture_text("gb10_ibdev2netdev.txt")) == GB10_PLAIN
-
-
-def test_filter_raises_ansible_filter_error_with_parse_message():
-    ibdev2netdev_filter = FilterModule().filters()["ibdev2netdev"]
-    with pytest.raises(AnsibleFilterError, match=r"ibdev2netdev output line 2: 'oops'"):
-        ibdev2netdev_filter("rocep1s0f1 port 1 ==> enp1s0f1np1 (Up)\noops")
+def test_the_parse_error_names_the_line():
+    assert parse_ibdev2netdev(fixture_text("gb10_ibdev2netdev.txt")) == GB10_PLAIN
+    with pytest.raises(Ibdev2netdevParseError, match=r"ibdev2netdev output line 2: 'oops'"):
+        parse_ibdev2netdev("rocep1s0f1 port 1 ==> enp1s0f1np1 (Up)\noops")
 
 
 # ---------------------------------------------------------------- cx7_facts module, run as Ansible runs it

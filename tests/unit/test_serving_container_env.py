@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: dgxspark.cluster contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The serving_container_env filter (module_utils/nccl_env.serving_container_env): a node's serving containers'
+"""serving_container_env (module_utils/nccl_env.py): a node's serving containers'
 environment from its layers, over the real output of compute_nccl_env for a GB10 with port 1 cabled."""
 
 from __future__ import annotations
@@ -10,9 +10,8 @@ import json
 
 import pytest
 
-from ansible.errors import AnsibleFilterError
-from ansible_collections.dgxspark.cluster.plugins.filter.serving_container_env import serving_container_env
-from ansible_collections.dgxspark.cluster.plugins.module_utils.nccl_env import NON_CARRY_OVER_KEY, compute_nccl_env
+from ansible_collections.dgxspark.cluster.plugins.module_utils.nccl_env import (
+    NON_CARRY_OVER_KEY, NcclEnvError, compute_nccl_env, serving_container_env)
 
 from test_nccl_env import RAILS, gb10
 
@@ -83,5 +82,5 @@ def test_the_inputs_are_not_changed():
     ([NCCL['env']], ['VLLM_HOST_IP', 3], 'non_carry_over must be a list of variable names'),
 ], ids=['layers-not-a-list', 'layer-a-list', 'layer-none', 'name-not-a-string'])
 def test_bad_input_is_refused_with_a_clear_error(layers, names, fragment):
-    with pytest.raises(AnsibleFilterError, match='serving_container_env: ' + fragment):
+    with pytest.raises(NcclEnvError, match='serving_container_env: ' + fragment):
         serving_container_env(layers, names)

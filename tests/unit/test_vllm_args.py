@@ -16,6 +16,8 @@ from ansible_collections.dgxspark.cluster.plugins.filter.vllm_args import Filter
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils.vllm_args import (
     LIST_STYLES,
     VllmArgsError,
+    executor_environment,
+    executor_options,
     normalize_option,
     vllm_argv,
 )
@@ -321,13 +323,12 @@ def four_node_plan(backend, port=29501):
                            '--master-port', '29501', '--nnodes', '4', '--node-rank', '2']),
 ])
 def test_the_executor_backend_gives_each_rank_its_options(backend, host, argv):
-    filters = FilterModule().filters()
-    assert vllm_args(filters['executor_options'](four_node_plan(backend), host)) == argv
+    assert vllm_args(executor_options(four_node_plan(backend), host)) == argv
 
 
 def test_a_host_outside_the_plan_has_no_rank():
-    with pytest.raises(AnsibleFilterError, match='spark-omega is not a node of the plan'):
-        FilterModule().filters()['executor_options'](four_node_plan('mp'), 'spark-omega')
+    with pytest.raises(VllmArgsError, match='spark-omega is not a node of the plan'):
+        executor_options(four_node_plan('mp'), 'spark-omega')
 
 
 @pytest.mark.parametrize('backend, host, env', [
@@ -337,4 +338,4 @@ def test_a_host_outside_the_plan_has_no_rank():
 ])
 def test_the_start_script_knows_the_backend_and_a_headless_rank_its_rendezvous(backend, host, env):
     plan = dict(four_node_plan(backend), gpus=4)
-    assert FilterModule().filters()['executor_environment'](plan, host) == env
+    assert executor_environment(plan, host) == env
