@@ -50,11 +50,11 @@ def parse_sse_lines(lines, t0, clock_of_line):
             break
         if chunk.get('usage'):
             usage = chunk['usage']
-        carried = [choice for choice in chunk.get('choices') or [] if _carries_a_token(choice)]
+        carried = [(choice, _token_text(choice)) for choice in chunk.get('choices') or []]
+        carried = [(choice, text) for choice, text in carried if text is not None]
         if carried:
-            bare_finish = all(choice.get('finish_reason') and not _text(choice) for choice in carried)
             token_times.append(clock_of_line(i) - t0)
-            bare_finishes.append(bare_finish)
+            bare_finishes.append(all(choice.get('finish_reason') and not text for choice, text in carried))
     # A server may close with a chunk of its own holding only the finish reason (no token): the usage tells.
     n_tokens = int((usage or {}).get('completion_tokens') or 0)
     while n_tokens and len(token_times) > n_tokens and bare_finishes[-1]:
@@ -63,30 +63,29 @@ def parse_sse_lines(lines, t0, clock_of_line):
     return request_record(token_times, usage, error, end)
 
 
-def _text(choice):
-    return choice.get('text') if 'text' in choice else (choice.get('delta') or {}).get('content')
-
-
-def _carries_a_token(choice):
-    """Whether a streamed choice carries a generated token. vLLM sends one chunk per token, with an empty text for a
-    token that completes no character yet (part of a UTF-8 sequence, a special token): still a token, timed as such.
-    Chat's first chunk announces the role (content "") before anything is generated: no token."""
+def _token_text(choice):
+    """The text of the token a streamed choice carries, or None when it carries none. vLLM sends one chunk per token,
+    with an empty text for a token that completes no character yet (part of a UTF-8 sequence, a special token): still
+    a token, timed as such. Chat's first chunk announces the role (content "") before anything is generated: no token."""
     if 'text' in choice:
-        return choice['text'] is not None
+        return choice['text']
     delta = choice.get('delta') or {}
-    return delta.get('content') is not None and not (delta.get('role') and not delta['content'])
+    if delta.get('role') and not delta.get('content'):
+        return None
+    return delta.get('content')
 
 
 def request_record(token_times, usage=None, error=None, end_s=None):
-    """The figures of one request from the arrival times of its content chunks (seconds after the request). e2e_s is
-    when its stream ended (end_s: the last event, [DONE] included), else its last content chunk: tokens without text
-    (a small model's special tokens under ignore_eos) are no content, yet the request goes on, as vLLM's e2e time does."""
+    """The figures of one request from the arrival times of its token chunks (seconds after the request). e2e_s is
+    when its stream ended (end_s: the last event, [DONE] included, as vLLM's e2e time ends at the finish), else its
+    last token chunk."""
     if error is None and not token_times:
         error = 'no token received'
     n_tokens = int((usage or {}).get('completion_tokens') or len(token_times))
     record = {'ok': error is None, 'error': error, 'output_tokens': n_tokens if error is None else 0,
               'prompt_tokens': int((usage or {}).get('prompt_tokens') or 0),
-              'ttft_s': token_times[0] if token_times else None, 'e2e_s': end_s if end_s is not None else (token_times[-1] if token_times else None),
+              'ttft_s': token_times[0] if token_times else None,
+              'e2e_s': end_s if end_s is not None else (token_times[-1] if token_times else None),
               'itl_s': [b - a for a, b in zip(token_times, token_times[1:])], 'per_user_tok_s': None}
     if error is None and n_tokens > 1 and token_times[-1] > token_times[0]:
         record['per_user_tok_s'] = (n_tokens - 1) / (token_times[-1] - token_times[0])
