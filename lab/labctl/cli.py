@@ -6,7 +6,7 @@ import sys
 
 from .constants import DEFAULT_NODES, REBOOT_DOWN_S, LabError
 from .commands import (
-    cmd_attach, cmd_build, cmd_down, cmd_driver, cmd_inventory, cmd_load_image, cmd_memory, cmd_mgmt, cmd_rail,
+    cmd_attach, cmd_build, cmd_down, cmd_driver, cmd_gpu, cmd_inventory, cmd_load_image, cmd_memory, cmd_mgmt, cmd_rail,
     cmd_reset, cmd_restart, cmd_serving, cmd_status, cmd_up,
 )
 
@@ -51,6 +51,12 @@ def main(argv=None):
     p.add_argument("node")
     p.add_argument("version")
     p.set_defaults(func=cmd_driver)
+    p = sub.add_parser("gpu", help="the utilisation and SM clock nvidia-smi reports on a node (a GPU stuck at low clocks)")
+    p.add_argument("node")
+    p.add_argument("--load", type=int, default=None, help="utilization.gpu in percent")
+    p.add_argument("--sm-mhz", type=int, default=None, help="clocks.sm in MHz")
+    p.add_argument("--reset", action="store_true", help="back to an idle GPU")
+    p.set_defaults(func=cmd_gpu)
     p = sub.add_parser("memory", help="the node's stand-in /proc/meminfo (/etc/dgxspark-lab/meminfo); "
                                       "no option: show it")
     p.add_argument("node")

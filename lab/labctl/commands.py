@@ -7,7 +7,7 @@ import sys
 import time
 
 from .constants import (
-    BASE_REPO, BRIDGES, DRIVER_RE, FABRIC, LABEL, MEMINFO_PATH, MGMT_NETWORK, MGMT_SUBNET, NODE_NAMES, NODE_REPO, SERVING_REPO,
+    BASE_REPO, BRIDGES, DRIVER_RE, FABRIC, GPU_LOAD_FILE, LABEL, MEMINFO_PATH, MGMT_NETWORK, MGMT_SUBNET, NODE_NAMES, NODE_REPO, SERVING_REPO,
     STATE_DIR, LabError,
 )
 from .logic import (
@@ -311,6 +311,20 @@ def cmd_driver(args):
     docker("exec", container_name(args.node), "sh", "-c",
            "printf '%s\\n' > /etc/dgxspark-lab/driver-version" % args.version)
     log("%s: nvidia-smi now reports driver %s" % (args.node, args.version))
+    return 0
+
+
+def cmd_gpu(args):
+    """The stand-in GPU's load: utilisation and SM clock (a GB10 stuck at low clocks under load), or --reset to idle."""
+    if not args.reset and (args.load is None or args.sm_mhz is None):
+        raise LabError("give --load PERCENT and --sm-mhz MHZ, or --reset")
+    if not args.reset and not (0 <= args.load <= 100 and 0 < args.sm_mhz <= 5000):
+        raise LabError("--load is a percentage and --sm-mhz a clock in MHz (got %s and %s)" % (args.load, args.sm_mhz))
+    require_state(args.node)
+    script = "rm -f %s" % GPU_LOAD_FILE if args.reset else "printf '%d %d\\n' > %s" % (args.load, args.sm_mhz, GPU_LOAD_FILE)
+    docker("exec", container_name(args.node), "sh", "-c", script)
+    log("%s: nvidia-smi now reports %s" % (args.node, "an idle GPU" if args.reset else "%d%% utilisation at %d MHz" % (
+        args.load, args.sm_mhz)))
     return 0
 
 

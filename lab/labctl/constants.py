@@ -87,6 +87,8 @@ CAPABILITIES = ("SYS_ADMIN", "NET_ADMIN", "NET_RAW", "MKNOD", "SYS_PTRACE", "IPC
 
 # Stand-in /proc/meminfo for the collection's preflight checks (a node's real one is the host's): `labctl.py memory`.
 MEMINFO_PATH = "/etc/dgxspark-lab/meminfo"
+# The stand-in nvidia-smi's staged load (dgxspark_lab_standins.GPU_LOAD_FILE): "PERCENT MHZ".
+GPU_LOAD_FILE = "/etc/dgxspark-lab/gpu-load"
 SPARK_MEMTOTAL_KIB = 127614976          # a DGX Spark's MemTotal (121.7 GiB)
 SPARK_MEMAVAILABLE_KIB = 117 * 1024 * 1024  # 117 GiB available, an idle Spark
 SPARK_SWAP_KIB = 0                      # Sparks often have 16 GiB of swap; the lab's default is none

@@ -63,6 +63,9 @@ class ActionModule(ActionBase):
             'distribute_image': bool(head_vars.get('dgxspark_distribute_image', True)),
             'distribute_model': bool(head_vars.get('dgxspark_distribute_model', True)),
             'model_download': bool(head_vars.get('dgxspark_model_download', False)),
+            'gpu_clocks_mhz': list(head_vars.get('os_hardening_gpu_clocks_mhz') or []),
+            'logind_keep_ipc': bool(head_vars.get('os_hardening_logind_keep_ipc',
+                                                  role_default('os_hardening', 'os_hardening_logind_keep_ipc'))),
             'link_speed_mbps': int(head_vars.get('dgxspark_expected_link_speed_mbps') or 200000),
             # With mp no Ray runs; rank 0's rendezvous takes a port of its own.
             'ports': dict(([(int(plan['mp_master']['port']), 'vLLM mp rendezvous')] if plan.get('mp_master') else

@@ -26,6 +26,19 @@ def parse_nvidia_smi_query(output):
     return gpus
 
 
+# What preflight_facts asks nvidia-smi for the clock check (with --format=csv,noheader,nounits).
+GPU_CLOCK_QUERY = 'clocks.sm,clocks.max.sm,utilization.gpu'
+
+
+def parse_nvidia_smi_clocks(output):
+    """`nvidia-smi --query-gpu=GPU_CLOCK_QUERY --format=csv,noheader,nounits` -> {'sm_mhz', 'max_sm_mhz',
+    'utilization'} of the first GPU; None for a value nvidia-smi gives as [N/A] (or when it printed no row)."""
+    row = next((line for line in (output or '').splitlines() if line.strip()), '')
+    values = [part.strip() for part in row.split(',')]
+    values = [int(float(v)) if re.match(r'^[0-9]+(\.[0-9]+)?$', v) else None for v in values] + [None] * 3
+    return {'sm_mhz': values[0], 'max_sm_mhz': values[1], 'utilization': values[2]}
+
+
 def parse_nvidia_smi_header(output):
     """The plain `nvidia-smi` table -> (driver version, CUDA version); '' for what it does not show."""
     driver = _DRIVER.search(output or '')
@@ -100,3 +113,48 @@ def parse_docker_ps(output):
         if len(parts) == 2:
             containers[parts[0]] = parts[1]
     return containers
+
+
+# Where systemd-logind reads its configuration, highest priority first (logind.conf(5)).
+LOGIND_DIRS = ('/etc/systemd', '/run/systemd', '/usr/local/lib/systemd', '/usr/lib/systemd')
+_SYSTEMD_TRUE = ('1', 'yes', 'y', 'true', 't', 'on')
+_SYSTEMD_FALSE = ('0', 'no', 'n', 'false', 'f', 'off')
+
+
+def logind_files(mains, dropins):
+    """The files logind reads, in its order: the first of the main logind.conf files found (``mains``, given in the
+    order of LOGIND_DIRS), then every logind.conf.d/*.conf drop-in (``dropins``, any order) sorted by file name, a
+    name in a higher directory hiding the same name in a lower one."""
+    rank = dict((directory, index) for index, directory in enumerate(LOGIND_DIRS))
+    chosen = {}
+    for path in dropins:
+        directory, name = path.rsplit('/logind.conf.d/', 1)
+        if name not in chosen or rank.get(directory, len(rank)) < rank.get(chosen[name][0], len(rank)):
+            chosen[name] = (directory, path)
+    return list(mains[:1]) + [chosen[name][1] for name in sorted(chosen)]
+
+
+def logind_remove_ipc(files):
+    """[(path, text)] in logind's order -> {'remove_ipc', 'set_by'}: the last RemoveIPC= of a [Login] section wins;
+    systemd's own default is yes ('set_by' is then '')."""
+    found = {'remove_ipc': True, 'set_by': ''}
+    for path, text in files:
+        section = ''
+        for line in (text or '').splitlines():
+            line = line.strip()
+            if line.startswith('['):
+                section = line
+            elif section == '[Login]' and not line.startswith(('#', ';')) and '=' in line:
+                key, _sep, value = line.partition('=')
+                value = value.strip().lower()
+                if key.strip() == 'RemoveIPC' and value in _SYSTEMD_TRUE + _SYSTEMD_FALSE:
+                    found = {'remove_ipc': value in _SYSTEMD_TRUE, 'set_by': path}
+    return found
+
+
+def parse_busctl_bool(output):
+    """`busctl get-property ...` of a boolean ('b true') -> True/False; None for anything else."""
+    fields = (output or '').split()
+    if len(fields) == 2 and fields[0] == 'b' and fields[1] in ('true', 'false'):
+        return fields[1] == 'true'
+    return None

@@ -16,7 +16,8 @@ description:
     over every node at once, in the C(dgxspark.cluster.preflight_report) action).
   - "The GPU (C(nvidia-smi): name, driver and CUDA versions), memory (O(meminfo): MemTotal, MemAvailable, swap, and the
     processes holding the most memory with their container), Docker (server version, runtimes, CDI specs), every listening
-    TCP port with the process or container that holds it, the clock, the OS and kernel, and the
+    TCP port with the process or container that holds it, the clock, the OS and kernel, whether systemd-logind removes
+    a user's IPC objects when the user's last session ends (C(RemoveIPC): its files and its running value), and the
     model directory O(model_dir) (file names and sizes, the sha256 of the safetensors index, free space)."
   - Every part that cannot be read is reported in its C(error), not raised, so that one run lists every problem.
 options:
@@ -63,7 +64,8 @@ clock_offset_s:
   returned: when controller_time is given
   type: float
 gpu:
-  description: C(gpus) (each C(name), C(driver)), C(driver), C(cuda), C(error).
+  description: C(gpus) (each C(name), C(driver)), C(driver), C(cuda), C(sm_mhz), C(max_sm_mhz) and C(utilization) (the first
+    GPU's SM clock, its maximum and its use in percent; null where nvidia-smi gives none), C(error).
   returned: always
   type: dict
 memory:
@@ -82,6 +84,12 @@ ports:
   elements: dict
 os:
   description: C(name) (PRETTY_NAME) and C(kernel).
+  returned: always
+  type: dict
+logind:
+  description: C(installed), C(files) (the configuration files logind reads, in its order), C(remove_ipc) (what they set;
+    systemd's default is true), C(set_by) (the file that sets it, empty for the default), C(running_remove_ipc) (the
+    running logind's value over D-Bus, null when it cannot be read).
   returned: always
   type: dict
 model:
@@ -126,8 +134,11 @@ def gpu_facts(module):
     gpus = parse.parse_nvidia_smi_query(out)
     rc, plain, _err = run(module, ['nvidia-smi'])
     driver, cuda = parse.parse_nvidia_smi_header(plain if rc == 0 else '')
-    return {'gpus': gpus, 'driver': driver or (gpus[0]['driver'] if gpus else ''), 'cuda': cuda,
-            'error': '' if gpus else 'nvidia-smi lists no GPU'}
+    rc, clocks, _err = run(module, ['nvidia-smi', '--query-gpu=' + parse.GPU_CLOCK_QUERY, '--format=csv,noheader,nounits'])
+    facts = {'gpus': gpus, 'driver': driver or (gpus[0]['driver'] if gpus else ''), 'cuda': cuda,
+             'error': '' if gpus else 'nvidia-smi lists no GPU'}
+    facts.update(parse.parse_nvidia_smi_clocks(clocks if rc == 0 else ''))
+    return facts
 
 
 def container_of(pid, containers):
@@ -194,6 +205,20 @@ def port_facts(module, containers):
     return [taken[port] for port in sorted(taken)]
 
 
+def logind_facts(module):
+    """What systemd-logind does with the IPC objects of a user whose last session ends (POSIX semaphores and shared
+    memory that a worker started over SSH holds: eugr/spark-vllm-docker #352)."""
+    mains = [os.path.join(d, 'logind.conf') for d in parse.LOGIND_DIRS if os.path.isfile(os.path.join(d, 'logind.conf'))]
+    dropins = [path for d in parse.LOGIND_DIRS for path in glob.glob(os.path.join(d, 'logind.conf.d', '*.conf'))]
+    files = parse.logind_files(mains, dropins)
+    facts = parse.logind_remove_ipc([(path, read_text(path)) for path in files])
+    rc, out, _err = run(module, ['busctl', '--timeout=5', 'get-property', 'org.freedesktop.login1', '/org/freedesktop/login1',
+                                 'org.freedesktop.login1.Manager', 'RemoveIPC'])
+    installed = any(os.path.exists(os.path.join(d, 'systemd-logind')) for d in ('/usr/lib/systemd', '/lib/systemd'))
+    facts.update(installed=installed, files=files, running_remove_ipc=parse.parse_busctl_bool(out) if rc == 0 else None)
+    return facts
+
+
 def model_facts(model_dir, index_name):
     facts = {'exists': bool(model_dir) and os.path.isdir(model_dir), 'files': {}, 'index_sha256': '', 'free_bytes': None, 'error': ''}
     if not model_dir:
@@ -237,6 +262,7 @@ def main():
         memory=memory_facts(params['meminfo'], params['top'], docker['containers']),
         docker=docker,
         ports=port_facts(module, docker['containers']),
+        logind=logind_facts(module),
         os={'name': parse.parse_os_release(read_text('/etc/os-release')), 'kernel': platform.release()},
         model=model_facts(params['model_dir'], params['index_name']),
     )

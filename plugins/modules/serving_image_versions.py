@@ -75,6 +75,11 @@ image_id:
   returned: always
   type: str
   sample: sha256:9c08f16330df0d4b51e5c6f1b2b0e8d5a0b6d1f0f9c4a9e2b7c1d3e5f7a9b1c3
+user:
+  description: The user the image's containers run as (its C(USER)); empty for root, the default.
+  returned: always
+  type: str
+  sample: ''
 vllm_version:
   description: The installed vllm distribution's version (else what C(vllm --version) printed last), empty when both failed.
   returned: always
@@ -175,14 +180,14 @@ def main():
     )
     image = module.params['image']
     docker = module.get_bin_path(module.params['docker'], required=True)
-    result = dict(changed=False, present=False, image_id='', vllm_version='', ray_version='', errors=[], cached=False)
-    rc, out, err = module.run_command([docker, 'image', 'inspect', '--format', '{{.Id}}', image])
+    result = dict(changed=False, present=False, image_id='', user='', vllm_version='', ray_version='', errors=[], cached=False)
+    rc, out, err = module.run_command([docker, 'image', 'inspect', '--format', '{{.Id}} {{.Config.User}}', image])
     if rc != 0:
         if 'No such' in err or 'no such' in err:
             module.exit_json(**result)
         module.fail_json(msg='docker image inspect %s failed: %s' % (image, err.strip()), **result)
-    image_id = out.strip()
-    result.update(present=True, image_id=image_id)
+    image_id, _sep, user = out.strip().partition(' ')
+    result.update(present=True, image_id=image_id, user=user.strip())
     cache_file = os.path.join(module.params['cache_dir'], image_id.replace(':', '_') + '.json')
     if os.path.isfile(cache_file):
         with open(cache_file, 'r') as handle:

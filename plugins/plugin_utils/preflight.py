@@ -17,7 +17,7 @@ import ipaddress
 
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils.profile_schema import version_problems
 
-CHECKS = ('ssh', 'gpu', 'memory', 'docker', 'image', 'model', 'fabric', 'ports', 'clock', 'os')
+CHECKS = ('ssh', 'gpu', 'memory', 'docker', 'image', 'model', 'fabric', 'ports', 'clock', 'ipc', 'os')
 GIB_KIB = 1024 * 1024
 EXPECT_DEFAULTS = {
     'gpu_name': 'NVIDIA GB10',
@@ -33,6 +33,9 @@ EXPECT_DEFAULTS = {
     'ports': {},                    # port -> what uses it (e.g. 'Ray GCS')
     'own_containers': [],           # this collection's containers: their ports and memory are not a problem
     'max_clock_skew_s': 5.0,
+    'logind_keep_ipc': True,
+    'gpu_clocks_mhz': [],           # os_hardening_gpu_clocks_mhz: the SM clock range locked at boot ([] none)
+    'busy_gpu_percent': 50,         # above this utilisation a GPU is under load (as in the DgxsparkGpuClockLow alert)        # os_hardening writes RemoveIPC=no before any engine starts (tag os_logind)
 }
 
 
@@ -75,7 +78,27 @@ def _gpu(report, host, gpu, expect):
                        'run on DGX Spark nodes, or set dgxspark_expected_gpu_name for this hardware')
         return None
     report.ok(host, 'gpu', '%s %s CUDA %s' % (expect['gpu_name'].replace('NVIDIA ', ''), gpu['driver'], gpu.get('cuda') or '?'))
+    _gpu_clock(report, host, gpu, expect)
     return gpu['driver']
+
+
+def _gpu_clock(report, host, gpu, expect):
+    """A busy GPU below half its maximum SM clock is refused (as the DgxsparkGpuClockLow alert fires): a GB10 stuck at
+    700-890 MHz stays there until its AC power is pulled (eugr #334). An idle GPU's clock says little, unless it is below
+    the minimum the os phase locked."""
+    sm, top, busy = gpu.get('sm_mhz'), gpu.get('max_sm_mhz'), gpu.get('utilization')
+    if sm is None or not top:
+        return
+    lock = expect['gpu_clocks_mhz'] or []
+    if busy is not None and busy > expect['busy_gpu_percent']:
+        if sm < top * 0.5:
+            report.problem(host, 'gpu', 'SM clock %d MHz at %d%% utilisation (maximum %d MHz)' % (sm, busy, top),
+                           'at least %d MHz (half the maximum) under load' % (top // 2),
+                           'pull the node\'s AC power for a minute (a reboot keeps a GPU stuck at low clocks, eugr #334); '
+                           'os_hardening_gpu_clocks_mhz locks the clocks at boot')
+    elif lock and lock[0] and sm < lock[0]:
+        report.warn(host, 'gpu', 'SM clock %d MHz at idle, below the locked minimum %d MHz (os_hardening_gpu_clocks_mhz): the '
+                    'lock is not applied (dgxspark-gpu-clocks.service) or the GPU is stuck; pull its AC power if it stays' % (sm, lock[0]))
 
 
 def _memory(report, host, memory, plan, expect, serving_running):
@@ -262,6 +285,35 @@ def _ports(report, host, ports, expect):
         report.ok(host, 'ports', 'ours' if any(p.get('port') in expect['ports'] for p in ports) else 'free')
 
 
+def _is_system_user(user):
+    """Root (an image without USER) or a numeric system UID: logind never removes their IPC objects. A user name may be
+    a regular user: without the image's passwd file it is taken as one."""
+    return user in ('', 'root', '0') or (user.split(':')[0].isdigit() and int(user.split(':')[0]) < 1000)
+
+
+def _ipc(report, host, logind, image, expect):
+    """logind RemoveIPC=yes deletes the POSIX semaphores and shared memory of a regular user whose last session ends:
+    an engine running as that user then blocks for ever in its next collective (eugr/spark-vllm-docker #352)."""
+    if not logind or not logind.get('installed'):
+        report.ok(host, 'ipc', 'no logind')
+        return
+    running = logind.get('running_remove_ipc')
+    removes = logind.get('remove_ipc', True) if running is None else running
+    user = (image or {}).get('user') or ''
+    if not removes:
+        report.ok(host, 'ipc', 'kept')
+    elif expect['logind_keep_ipc']:
+        report.ok(host, 'ipc', 'to be kept')
+    elif _is_system_user(user):
+        report.ok(host, 'ipc', 'spares %s' % (user or 'root'))
+    else:
+        report.problem(host, 'ipc', 'logind RemoveIPC=yes (%s) and an engine that runs as %s (the image\'s USER)' % (
+            logind.get('set_by') or 'systemd\'s default', user),
+            'RemoveIPC=no, or an engine that runs as root: logind deletes a regular user\'s semaphores and shared memory '
+            'when the user\'s last session ends, and the engine then hangs in its next collective',
+            'set os_hardening_logind_keep_ipc: true (the os phase writes RemoveIPC=no and restarts systemd-logind)')
+
+
 def evaluate(plan, expect, nodes):
     """The verdict over every node; see the module docstring."""
     expect = dict(EXPECT_DEFAULTS, **(expect or {}))
@@ -286,6 +338,8 @@ def evaluate(plan, expect, nodes):
         _docker(report, host, facts['docker'], expect, plan.get('rails', []))
         _fabric(report, host, nodes[host].get('cx7'), plan, expect)
         _ports(report, host, facts.get('ports', []), expect)
+        # The engine runs as the head's image's user on every node (the workers get the head's image).
+        _ipc(report, host, facts.get('logind'), (nodes.get(head) or {}).get('image'), expect)
         # The kernel in the table; the OS and kernel of every node are compared below (warnings).
         report.ok(host, 'os', facts['os'].get('kernel') or '?')
     known = dict((h, d) for h, d in drivers.items() if d)

@@ -102,6 +102,8 @@ BOUNDS = {
     'fabric_check_nccl_memory_fraction': (0.01, 0.9, 'a fraction of the node memory, leaving room for the OS'),
 }
 EPHEMERAL_PORTS = 'node_firewall_ephemeral_ports'
+# [MIN, MAX] MHz for `nvidia-smi -lgc MIN,MAX` at boot; [] leaves the driver's own clocks.
+GPU_CLOCKS = 'os_hardening_gpu_clocks_mhz'
 # Names written into docker commands, systemd units and files: what Docker and systemd take, nothing to quote.
 NAMES = {
     'ray_cluster_container_name': (re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.-]*$'), 'a Docker container name'),
@@ -226,6 +228,12 @@ def value_problems(values_by_host):
         if containers[0] == containers[1]:
             text = ('ray_cluster_container_name and vllm_container_name are both %r: the head runs both containers, give '
                     'each its own name' % containers[0])
+            found.setdefault(text, set()).add(host)
+        clocks = values.get(GPU_CLOCKS)
+        if clocks and not (isinstance(clocks, list) and len(clocks) == 2 and all(_number(c) is not None for c in clocks)
+                           and 0 <= _number(clocks[0]) <= _number(clocks[1]) and _number(clocks[1]) > 0):
+            text = ("%s is %r: give [MIN, MAX] in MHz with MIN <= MAX, e.g. [0, 2200] (nvidia-smi -lgc MIN,MAX at boot), "
+                    "or [] for the driver's own clocks" % (GPU_CLOCKS, clocks))
             found.setdefault(text, set()).add(host)
         given = values.get(EPHEMERAL_PORTS)
         if given is not None:

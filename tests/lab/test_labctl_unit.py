@@ -541,6 +541,29 @@ def test_nvidia_smi_main_query_and_errors():
     assert "not a valid field" in out.getvalue()
 
 
+@pytest.mark.parametrize("load,lock,util,sm", [
+    ("", "", 0, 850),                 # idle, as the stand-in starts
+    ("96 702", "", 96, 702),          # `labctl gpu --load 96 --sm-mhz 702`: busy and stuck low (eugr #334)
+    ("96 702", "1800,2200", 96, 1800),  # a lock holds the clock inside its range
+    ("", "0,800", 0, 800),
+    ("busy", "x", 0, 850),            # unreadable files change nothing
+])
+def test_gpu_load_and_clock_lock_as_the_queries_report_them(load, lock, util, sm):
+    info = standins.apply_load_and_lock(standins.gpu_info(), load, lock)
+    assert (info["utilization.gpu"], info["clocks.sm"], info["clocks.current.sm"]) == (util, sm, sm)
+
+
+def test_nvidia_smi_locks_and_resets_the_gpu_clocks(tmp_path):
+    lock = str(tmp_path / "run" / "gpu-clock-lock")
+    out = io.StringIO()
+    assert standins.lock_gpu_clocks("0,2200", INFO, out, lock_file=lock) == 0
+    assert out.getvalue() == 'GPU clocks set to "(gpuClkMin 0, gpuClkMax 2200)" for GPU 0000000F:01:00.0\nAll done.\n'
+    assert open(lock).read() == "0,2200\n"
+    out = io.StringIO()
+    assert standins.lock_gpu_clocks("2200,0", INFO, out, lock_file=lock) == 2 and "Invalid combination" in out.getvalue()
+    assert standins.reset_gpu_clocks(INFO, io.StringIO(), lock_file=lock) == 0 and not os.path.exists(lock)
+
+
 def test_nvidia_smi_plain_and_list():
     text = "\n".join(standins.render_plain(INFO, date="Mon"))
     assert "NVIDIA GB10" in text and "Driver Version: 580.95.05" in text and "CUDA Version: 13.0" in text

@@ -226,3 +226,35 @@ def test_drop_caches_is_not_faked_where_it_cannot_work():
     proc = play(extra={"os_hardening_drop_caches_supported": True}, tags="drop_caches")
     assert proc.returncode != 0, proc.output
     assert "vm.drop_caches" in proc.output
+
+
+PROBE_USER = "dgxspark-ipc-probe"
+PROBE_SEM = "/dev/shm/sem.dgxspark-ipc-probe"
+
+
+def semaphore_after_the_last_session():
+    """'kept' or 'removed': a regular user's POSIX semaphore (a /dev/shm/sem.* file) once the user's only session (a
+    `runuser -l` PAM session, which pam_systemd registers with logind) has ended and logind has let the user go."""
+    node_sh("id %s >/dev/null 2>&1 || useradd -m %s; rm -f %s" % (PROBE_USER, PROBE_USER, PROBE_SEM))
+    node_sh("runuser -l %s -c 'touch %s'" % (PROBE_USER, PROBE_SEM))
+    # logind lets a user go UserStopDelaySec (10 s) after its last session; RemoveIPC acts then.
+    node_sh("for i in $(seq 60); do loginctl show-user %s >/dev/null 2>&1 || exit 0; sleep 0.5; done; exit 1" % PROBE_USER)
+    return node_sh("test -e %s && echo kept || echo removed" % PROBE_SEM)
+
+
+def test_logind_keeps_a_regular_user_s_semaphores_after_its_last_session_only_with_the_drop_in():
+    try:
+        off = play(extra={"os_hardening_logind_keep_ipc": False}, tags="os_logind")
+        assert off.returncode == 0, off.output
+        # systemd's default: what hangs an engine started over SSH (eugr #352); the probe sees it.
+        assert semaphore_after_the_last_session() == "removed"
+        on = play(tags="os_logind")
+        assert on.returncode == 0 and changed(on) >= 2, on.output
+        assert node_sh("busctl get-property org.freedesktop.login1 /org/freedesktop/login1 org.freedesktop.login1.Manager "
+                       "RemoveIPC") == "b false"
+        assert node_sh("cat /etc/systemd/logind.conf.d/90-dgxspark.conf").endswith("[Login]\nRemoveIPC=no")
+        again = play(tags="os_logind")
+        assert again.returncode == 0 and changed(again) == 0, again.output
+        assert semaphore_after_the_last_session() == "kept"
+    finally:
+        node_sh("rm -f %s; userdel -r %s" % (PROBE_SEM, PROBE_USER), check=False)

@@ -18,6 +18,7 @@ from ansible_lab import playbook_ok, run_playbook, serving_lab
 pytestmark = pytest.mark.lab
 
 MODEL_DIR = "/var/lib/dgxspark-lab/models/qwen3-moe-tiny"
+LOGIND_DROPIN = "/etc/systemd/logind.conf.d/90-dgxspark.conf"
 # What a deploy changes: the collection's files and stamps, the netplan and sysctl drop-ins, every container's state.
 WATCHED = "/etc/dgxspark /etc/netplan /etc/sysctl.d /etc/security/limits.d /var/lib/dgxspark " + MODEL_DIR
 # The supervisor's report is rewritten at each of its looks (a live reading, not something a deploy changed).
@@ -50,7 +51,7 @@ def deploy_stops_at_preflight(lab, *extra, nodes=None):
 def test_a_healthy_lab_passes_preflight_with_one_table(stopped_lab):
     rc, out = run_playbook(stopped_lab, "preflight.yml")
     assert rc == 0, out[-4000:]
-    assert "40 checks on 4 nodes: 0 problems" in out
+    assert "44 checks on 4 nodes: 0 problems" in out
     for node in stopped_lab.nodes:
         assert "- %s" % node in out or node in out
 
@@ -120,7 +121,7 @@ def test_a_node_cut_from_the_management_network(stopped_lab):
     assert "spark-gamma: ssh: found unreachable" in out
     assert "Fix: check that the node is up, its management address, the SSH key and sudo" in out
     # The other nodes were read and checked all the same: no subset proceeds, every node is in the table.
-    assert "40 checks on 4 nodes: 1 problem" in out
+    assert "44 checks on 4 nodes: 1 problem" in out
 
 
 def test_a_ray_port_taken_by_a_foreign_process(stopped_lab):
@@ -142,6 +143,30 @@ def test_too_little_free_memory_names_the_largest_consumers(stopped_lab):
         stopped_lab.labctl("memory", "spark-beta", "--reset")
     assert "spark-beta: memory: found MemAvailable 40.0 GiB; expected at least 103.4 GiB free" in out
     assert "the largest consumers are " in out and "(pid " in out
+
+
+def test_an_engine_of_a_regular_user_where_logind_removes_its_ipc(stopped_lab):
+    """An image whose USER is a regular user (UID 1000) on nodes whose logind removes IPC (the lab's Debian default), with
+    the os phase told not to change it: every node is refused, since the head's image runs the engine everywhere."""
+    alpha = stopped_lab.host("spark-alpha")
+    image = "dgxspark-lab/serving-as-uid-1000:test"
+    alpha.check_output("cid=$(docker create %s) && docker commit --change 'USER 1000' $cid %s >/dev/null && docker rm $cid >/dev/null"
+                       % (stopped_lab.state()["serving_image"], image))
+    # The lab's deploy wrote the os phase's RemoveIPC=no: set aside, so that logind runs with systemd's default.
+    for node in stopped_lab.nodes:
+        stopped_lab.host(node).check_output("mv %s /root/logind-dropin && systemctl restart systemd-logind" % LOGIND_DROPIN)
+    try:
+        out = deploy_stops_at_preflight(stopped_lab, "-e", json.dumps({"dgxspark_serving_image": image,
+                                                                        "os_hardening_logind_keep_ipc": False}))
+    finally:
+        alpha.check_output("docker rmi %s >/dev/null" % image)
+        for node in stopped_lab.nodes:
+            stopped_lab.host(node).check_output("mv /root/logind-dropin %s && systemctl restart systemd-logind" % LOGIND_DROPIN)
+    for node in stopped_lab.nodes:
+        assert ("%s: ipc: found logind RemoveIPC=yes (systemd's default) and an engine that runs as 1000 (the image's USER)"
+                % node) in out, out[-6000:]
+    assert "Fix: set os_hardening_logind_keep_ipc: true (the os phase writes RemoveIPC=no and restarts systemd-logind)" in out
+    assert "44 checks on 4 nodes: 4 problems" in out
 
 
 def test_bad_role_variables_are_refused_by_the_plan_before_any_node_changes(stopped_lab):

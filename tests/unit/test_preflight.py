@@ -29,7 +29,8 @@ def healthy_node(offset=0.1):
         'error': '',
         'facts': {
             'clock_offset_s': offset,
-            'gpu': {'gpus': [{'name': 'NVIDIA GB10', 'driver': '580.95.05'}], 'driver': '580.95.05', 'cuda': '13.0', 'error': ''},
+            'gpu': {'gpus': [{'name': 'NVIDIA GB10', 'driver': '580.95.05'}], 'driver': '580.95.05', 'cuda': '13.0', 'error': '',
+                    'sm_mhz': 850, 'max_sm_mhz': 3003, 'utilization': 0},
             'memory': {'total_kib': int(121.7 * GIB), 'available_kib': int(117 * GIB), 'swap_total_kib': 0, 'swap_free_kib': 0,
                        'top': [{'pid': 900, 'name': 'Xorg', 'rss_kib': 3 * GIB, 'container': ''},
                                {'pid': 1500, 'name': 'python3', 'rss_kib': 20 * GIB, 'container': 'old-sglang'}], 'error': ''},
@@ -37,6 +38,9 @@ def healthy_node(offset=0.1):
                        'error': ''},
             'ports': [{'port': 22, 'address': '0.0.0.0', 'process': 'sshd', 'pid': 57, 'container': ''}],
             'os': {'name': 'Ubuntu 24.04.3 LTS', 'kernel': '6.11.0-1016-nvidia'},
+            # A fresh DGX OS: logind's file comments RemoveIPC out, so systemd's default (yes) runs.
+            'logind': {'installed': True, 'files': ['/etc/systemd/logind.conf'], 'remove_ipc': True, 'set_by': '',
+                       'running_remove_ipc': True},
             'model': {'exists': True, 'files': dict(FILES), 'index_sha256': 'a' * 64, 'free_bytes': 500 * 10 ** 9, 'error': ''},
         },
         'image': {'present': True, 'image_id': 'sha256:' + 'c' * 64, 'vllm_version': '0.33.0', 'ray_version': '2.60.0', 'errors': []},
@@ -74,7 +78,7 @@ def test_healthy_cluster_passes_with_one_row_per_node():
     assert report['rows'][1]['model'] == 'as on head'
     lines = preflight.render(report)
     assert lines[0].split() == ['node'] + list(preflight.CHECKS) and len(lines) == 7
-    assert lines[-1] == '40 checks on 4 nodes: 0 problems, 0 warnings'
+    assert lines[-1] == '44 checks on 4 nodes: 0 problems, 0 warnings'
 
 
 @pytest.mark.parametrize('changes,expect,fragments', [
@@ -229,3 +233,71 @@ def test_an_image_without_vllm_is_refused_with_either_backend():
     report = preflight.evaluate(dict(PLAN, executor_backend='mp'), EXPECT, nodes(spark_alpha=without_vllm))
     assert report['problems'][0].startswith('spark-alpha: image: found vllm --version in sha256:')
     assert 'use a serving image with vLLM (dgxspark_serving_image)' in report['problems'][0]
+
+
+LOGIND_KEPT = {'installed': True, 'files': ['/etc/systemd/logind.conf', '/etc/systemd/logind.conf.d/90-dgxspark.conf'],
+               'remove_ipc': False, 'set_by': '/etc/systemd/logind.conf.d/90-dgxspark.conf', 'running_remove_ipc': False}
+
+
+@pytest.mark.parametrize('logind,user,keep,cell', [
+    (None, '', True, 'to be kept'),                           # the os phase (tag os_logind) writes RemoveIPC=no
+    (LOGIND_KEPT, 'vllm', False, 'kept'),
+    # The drop-in is written but logind still runs with yes (not restarted): the running value counts.
+    (dict(LOGIND_KEPT, running_remove_ipc=True), '', False, 'spares root'),
+    # busctl could not ask logind: the files count.
+    (dict(LOGIND_KEPT, running_remove_ipc=None), 'vllm', False, 'kept'),
+    (None, '', False, 'spares root'),
+    (None, '0:0', False, 'spares 0:0'),
+    (None, '999', False, 'spares 999'),
+    ({'installed': False, 'files': [], 'remove_ipc': True, 'set_by': '', 'running_remove_ipc': None}, 'vllm', False, 'no logind'),
+])
+def test_logind_removing_ipc_matters_only_for_an_engine_of_a_regular_user(logind, user, keep, cell):
+    def change(node):
+        if logind:
+            node['facts']['logind'] = logind
+        node['image']['user'] = user
+    report = evaluate(nodes(**dict((h.replace('-', '_'), change) for h in HOSTS)), logind_keep_ipc=keep)
+    assert report['ok'] and report['warnings'] == [], report['problems']
+    assert [row['ipc'] for row in report['rows']] == [cell] * 4
+
+
+@pytest.mark.parametrize('user', ['vllm', '1000', 'vllm:vllm'])
+def test_an_engine_of_a_regular_user_is_refused_where_logind_removes_its_ipc(user):
+    """The head's image's USER runs the engine on every node: a node whose logind removes a regular user's IPC is refused."""
+    readings = nodes(spark_alpha=setter(['image', 'user'], user), spark_gamma=setter(['facts', 'logind'], LOGIND_KEPT))
+    report = evaluate(readings, logind_keep_ipc=False)
+    assert [p.split(':')[0] for p in report['problems']] == ['spark-alpha', 'spark-beta', 'spark-delta']
+    assert report['problems'][0] == (
+        "spark-alpha: ipc: found logind RemoveIPC=yes (systemd's default) and an engine that runs as %s (the image's USER); "
+        "expected RemoveIPC=no, or an engine that runs as root: logind deletes a regular user's semaphores and shared memory "
+        "when the user's last session ends, and the engine then hangs in its next collective. Fix: set "
+        "os_hardening_logind_keep_ipc: true (the os phase writes RemoveIPC=no and restarts systemd-logind)" % user)
+    assert next(r for r in report['rows'] if r['node'] == 'spark-gamma')['ipc'] == 'kept'
+
+
+def gpu_reading(sm, busy):
+    return lambda node: node['facts']['gpu'].update(sm_mhz=sm, utilization=busy)
+
+
+def test_a_busy_gpu_stuck_at_low_clocks_is_refused():
+    report = evaluate(nodes(spark_gamma=gpu_reading(702, 96), spark_beta=gpu_reading(2850, 97)))
+    assert report['problems'] == [
+        "spark-gamma: gpu: found SM clock 702 MHz at 96% utilisation (maximum 3003 MHz); expected at least 1501 MHz (half "
+        "the maximum) under load. Fix: pull the node's AC power for a minute (a reboot keeps a GPU stuck at low clocks, eugr "
+        "#334); os_hardening_gpu_clocks_mhz locks the clocks at boot"]
+    assert [row['gpu'] for row in report['rows']][1:3] == ['GB10 580.95.05 CUDA 13.0', 'PROBLEM']
+
+
+@pytest.mark.parametrize('sm,busy,lock,warnings', [
+    (850, 0, [], 0),               # an idle GPU's low clock is no sign
+    (850, 50, [], 0),              # at the alert's threshold, not above it
+    (850, 0, [0, 2200], 0),        # a cap, no floor
+    (850, 0, [1800, 2200], 1),     # below the locked floor at idle: not applied, or stuck
+    (1800, 0, [1800, 2200], 0),
+    (None, None, [1800, 2200], 0),  # nvidia-smi gave no clocks
+])
+def test_an_idle_gpu_s_clock_warns_only_below_the_locked_minimum(sm, busy, lock, warnings):
+    report = evaluate(nodes(**dict((h.replace('-', '_'), gpu_reading(sm, busy)) for h in HOSTS)), gpu_clocks_mhz=lock)
+    assert report['ok'] and len(report['warnings']) == 4 * warnings, report['warnings']
+    if warnings:
+        assert report['warnings'][1].startswith('spark-beta: gpu: SM clock 850 MHz at idle, below the locked minimum 1800 MHz')

@@ -76,3 +76,69 @@ def test_parse_docker_networks():
 def test_parse_docker_ps():
     listing = '%s dgxspark-ray\n%s old-sglang\n' % ('a' * 64, 'b' * 64)
     assert pf.parse_docker_ps(listing) == {'a' * 64: 'dgxspark-ray', 'b' * 64: 'old-sglang'}
+
+
+ETC, RUN, USR = '/etc/systemd', '/run/systemd', '/usr/lib/systemd'
+
+
+@pytest.mark.parametrize('mains,dropins,expected', [
+    # Debian 12: the main file only.
+    (['/etc/systemd/logind.conf'], [], ['/etc/systemd/logind.conf']),
+    # Ubuntu 24.04 with a vendor drop-in and ours: sorted by name across directories.
+    (['/etc/systemd/logind.conf'], [ETC + '/logind.conf.d/90-dgxspark.conf', USR + '/logind.conf.d/10-vendor.conf'],
+     ['/etc/systemd/logind.conf', USR + '/logind.conf.d/10-vendor.conf', ETC + '/logind.conf.d/90-dgxspark.conf']),
+    # The same name in /etc hides the vendor's, whatever the order found.
+    ([], [USR + '/logind.conf.d/50-x.conf', ETC + '/logind.conf.d/50-x.conf', RUN + '/logind.conf.d/50-x.conf'],
+     [ETC + '/logind.conf.d/50-x.conf']),
+    # Only the first main file is read (systemd 254+ looks in /etc, /run, /usr/local/lib, /usr/lib).
+    (['/etc/systemd/logind.conf', '/usr/lib/systemd/logind.conf'], [], ['/etc/systemd/logind.conf']),
+    ([], [], []),
+])
+def test_logind_files_are_read_in_logind_s_order(mains, dropins, expected):
+    assert pf.logind_files(mains, dropins) == expected
+
+
+DEBIAN = ('/etc/systemd/logind.conf', fixture('logind_debian12.conf'))
+
+
+@pytest.mark.parametrize('files,expected', [
+    # The distribution's file comments every entry out: systemd's default (yes) holds.
+    ([DEBIAN], {'remove_ipc': True, 'set_by': ''}),
+    ([DEBIAN, ('/etc/systemd/logind.conf.d/90-dgxspark.conf', '[Login]\nRemoveIPC=no\n')],
+     {'remove_ipc': False, 'set_by': '/etc/systemd/logind.conf.d/90-dgxspark.conf'}),
+    # A later drop-in wins; case and spaces around the value do not matter.
+    ([('/a.conf', '[Login]\nRemoveIPC = no\n'), ('/b.conf', '[Login]\nRemoveIPC= Yes \n')], {'remove_ipc': True, 'set_by': '/b.conf'}),
+    # Outside [Login], commented, or not a boolean: ignored.
+    ([('/a.conf', '[Other]\nRemoveIPC=no\n[Login]\n#RemoveIPC=no\n;RemoveIPC=no\nRemoveIPC=maybe\n')], {'remove_ipc': True, 'set_by': ''}),
+    ([('/a.conf', '[Login]\nRemoveIPC=0\n')], {'remove_ipc': False, 'set_by': '/a.conf'}),
+    ([('/a.conf', None)], {'remove_ipc': True, 'set_by': ''}),
+])
+def test_logind_remove_ipc(files, expected):
+    assert pf.logind_remove_ipc(files) == expected
+
+
+@pytest.mark.parametrize('output,expected', [
+    ('b true\n', True),
+    ('b false\n', False),
+    ('', None),
+    ('Failed to connect to bus: No such file or directory\n', None),
+])
+def test_parse_busctl_bool(output, expected):
+    assert pf.parse_busctl_bool(output) == expected
+
+
+def test_parse_nvidia_smi_clocks_recorded_idle_and_busy():
+    idle, busy = fixture('nvidia_smi_clocks_h200.txt').splitlines()
+    assert pf.parse_nvidia_smi_clocks(idle) == {'sm_mhz': 360, 'max_sm_mhz': 1980, 'utilization': 0}
+    assert pf.parse_nvidia_smi_clocks(busy + '\n') == {'sm_mhz': 1980, 'max_sm_mhz': 1980, 'utilization': 100}
+
+
+@pytest.mark.parametrize('output,expected', [
+    # GB10 at idle, with nounits (the lab stand-in answers the same query the same way).
+    ('850, 3003, 0\n', {'sm_mhz': 850, 'max_sm_mhz': 3003, 'utilization': 0}),
+    ('702, 3003, 96\n', {'sm_mhz': 702, 'max_sm_mhz': 3003, 'utilization': 96}),
+    ('[N/A], [N/A], [N/A]\n', {'sm_mhz': None, 'max_sm_mhz': None, 'utilization': None}),
+    ('', {'sm_mhz': None, 'max_sm_mhz': None, 'utilization': None}),
+])
+def test_parse_nvidia_smi_clocks(output, expected):
+    assert pf.parse_nvidia_smi_clocks(output) == expected

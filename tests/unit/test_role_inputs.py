@@ -283,6 +283,11 @@ def test_every_variable_the_checks_name_is_a_role_s_or_the_collection_s():
     ({'vllm_container_name': 'vllm; rm -rf /'}, ["vllm_container_name is 'vllm; rm -rf /', not a Docker container name"]),
     ({'node_firewall_service': 'fw unit'}, ["node_firewall_service is 'fw unit', not a systemd unit name"]),
     ({'vllm_container_name': 'dgxspark-ray'}, ["ray_cluster_container_name and vllm_container_name are both 'dgxspark-ray'"]),
+    ({'os_hardening_gpu_clocks_mhz': [0, 2200]}, []),
+    ({'os_hardening_gpu_clocks_mhz': []}, []),
+    ({'os_hardening_gpu_clocks_mhz': [2200, 1800]}, ["os_hardening_gpu_clocks_mhz is [2200, 1800]: give [MIN, MAX] in MHz"]),
+    ({'os_hardening_gpu_clocks_mhz': [2200]}, ["os_hardening_gpu_clocks_mhz is [2200]: give [MIN, MAX] in MHz"]),
+    ({'os_hardening_gpu_clocks_mhz': [0, 0]}, ["os_hardening_gpu_clocks_mhz is [0, 0]: give [MIN, MAX] in MHz"]),
 ])
 def test_values(values, expected):
     problems = ri.value_problems(everywhere(**values))

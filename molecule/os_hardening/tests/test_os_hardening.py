@@ -153,6 +153,14 @@ def test_earlyoom_picks_a_serving_process_and_never_sshd_or_docker(host):
     assert victims and set(victims) == {"VLLM::EngineCor"}, out
 
 
+def test_logind_keeps_the_ipc_of_users_whose_last_session_ends_in_its_running_configuration(host):
+    """The drop-in, and the running logind's own value (D-Bus): the role restarted it when the value differed."""
+    dropin = host.file("/etc/systemd/logind.conf.d/90-dgxspark.conf")
+    assert dropin.mode == 0o644 and dropin.content_string.endswith("[Login]\nRemoveIPC=no\n")
+    assert host.check_output("busctl get-property org.freedesktop.login1 /org/freedesktop/login1 "
+                             "org.freedesktop.login1.Manager RemoveIPC") == "b false"
+
+
 def test_check_diff_on_converged_node_changes_nothing(host, check_diff_run):
     """`--check --diff` of the converge playbook on the converged nodes reports changed=0."""
     assert check_diff_run.returncode == 0, check_diff_run.stdout + check_diff_run.stderr

@@ -31,6 +31,10 @@ FW_VERSION = "28.45.1020"
 SYSFS_ROOT = "/run/dgxspark-lab/sysfs"
 DRIVER_VERSION_FILE = "/etc/dgxspark-lab/driver-version"
 GPU_MEMORY_FILE = "/etc/dgxspark-lab/gpu-memory-total-mib"
+# `labctl gpu NODE --load PERCENT --sm-mhz MHZ`: a busy GPU's utilisation and SM clock (a GB10 stuck at low clocks).
+GPU_LOAD_FILE = "/etc/dgxspark-lab/gpu-load"
+# `nvidia-smi -lgc MIN,MAX`: the locked range, gone at the next boot as on a Spark (/run is a tmpfs).
+GPU_CLOCK_LOCK_FILE = "/run/dgxspark-lab/gpu-clock-lock"
 DEFAULT_DRIVER_VERSION = "580.95.05"
 # MemTotal of a Spark is about 121.7 GiB; GB10's GPU addresses the unified memory.
 DEFAULT_GPU_MEMORY_MIB = 124620
@@ -407,7 +411,42 @@ def read_local_gpu_info():
             return default
     driver = _read(DRIVER_VERSION_FILE, DEFAULT_DRIVER_VERSION)
     total = _read(GPU_MEMORY_FILE, str(DEFAULT_GPU_MEMORY_MIB))
-    return gpu_info(driver, int(total) if total.isdigit() else DEFAULT_GPU_MEMORY_MIB, 0, os.uname().nodename)
+    info = gpu_info(driver, int(total) if total.isdigit() else DEFAULT_GPU_MEMORY_MIB, 0, os.uname().nodename)
+    return apply_load_and_lock(info, _read(GPU_LOAD_FILE, ""), _read(GPU_CLOCK_LOCK_FILE, ""))
+
+
+def apply_load_and_lock(info, load, lock):
+    """The staged load ('PERCENT MHZ') and the locked clock range ('MIN,MAX'), as the GPU would report them: a lock
+    holds the SM clock inside its range."""
+    fields = load.split()
+    if len(fields) == 2 and all(f.isdigit() for f in fields):
+        info["utilization.gpu"], info["clocks.sm"] = int(fields[0]), int(fields[1])
+    bounds = lock.split(",")
+    if len(bounds) == 2 and all(b.isdigit() for b in bounds):
+        info["clocks.sm"] = min(max(info["clocks.sm"], int(bounds[0])), int(bounds[1]))
+    info["clocks.current.sm"] = info["clocks.sm"]
+    return info
+
+
+def lock_gpu_clocks(value, info, out, lock_file=GPU_CLOCK_LOCK_FILE):
+    """-lgc MIN,MAX: keep the range for the queries; nvidia-smi's own answer."""
+    bounds = value.split(",")
+    if len(bounds) != 2 or not all(b.isdigit() for b in bounds) or int(bounds[0]) > int(bounds[1]):
+        out.write("Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n")
+        return 2
+    os.makedirs(os.path.dirname(lock_file), exist_ok=True)
+    with open(lock_file, "w") as handle:
+        handle.write("%d,%d\n" % (int(bounds[0]), int(bounds[1])))
+    out.write('GPU clocks set to "(gpuClkMin %d, gpuClkMax %d)" for GPU %s\nAll done.\n' % (
+        int(bounds[0]), int(bounds[1]), info["pci.bus_id"]))
+    return 0
+
+
+def reset_gpu_clocks(info, out, lock_file=GPU_CLOCK_LOCK_FILE):
+    if os.path.exists(lock_file):
+        os.remove(lock_file)
+    out.write("All done.\n")
+    return 0
 
 
 def nvidia_smi_main(argv, info=None, out=sys.stdout):
@@ -432,7 +471,8 @@ def nvidia_smi_main(argv, info=None, out=sys.stdout):
             out.write("GPU 0: %s (UUID: %s)\n" % (info["name"], info["uuid"]))
             return 0
         elif arg in ("-h", "--help"):
-            out.write("nvidia-smi LAB STAND-IN: supports no arguments, -L, --query-gpu=... --format=csv[,noheader][,nounits]\n")
+            out.write("nvidia-smi LAB STAND-IN: supports no arguments, -L, --query-gpu=... --format=csv[,noheader][,nounits], "
+                      "-lgc MIN,MAX, -rgc\n")
             return 0
         elif arg in ("-i", "--id") and i + 1 < len(args):
             i += 1
@@ -441,6 +481,12 @@ def nvidia_smi_main(argv, info=None, out=sys.stdout):
                 return 6
         elif arg.startswith("--id="):
             pass
+        elif arg in ("-lgc", "--lock-gpu-clocks") and i + 1 < len(args):
+            return lock_gpu_clocks(args[i + 1], info, out)
+        elif arg.startswith("--lock-gpu-clocks="):
+            return lock_gpu_clocks(arg.split("=", 1)[1], info, out)
+        elif arg in ("-rgc", "--reset-gpu-clocks"):
+            return reset_gpu_clocks(info, out)
         else:
             out.write("Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n")
             return 2
