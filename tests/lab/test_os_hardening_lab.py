@@ -258,3 +258,33 @@ def test_logind_keeps_a_regular_user_s_semaphores_after_its_last_session_only_wi
         assert semaphore_after_the_last_session() == "kept"
     finally:
         node_sh("rm -f %s; userdel -r %s" % (PROBE_SEM, PROBE_USER), check=False)
+
+
+def sm_clock():
+    return node_sh("nvidia-smi --query-gpu=clocks.sm --format=csv,noheader,nounits")
+
+
+def test_gpu_clocks_locked_by_a_unit_changed_by_its_handler_and_given_back():
+    unit = "/etc/systemd/system/dgxspark-gpu-clocks.service"
+    try:
+        locked = play(extra={"os_hardening_gpu_clocks_mhz": [1800, 2200]}, tags="os_gpu_clocks")
+        assert locked.returncode == 0 and changed(locked) >= 2, locked.output
+        # The stand-in holds its idle 850 MHz inside the locked range, as the GPU does.
+        assert node_sh("systemctl is-active dgxspark-gpu-clocks.service; systemctl is-enabled dgxspark-gpu-clocks.service"
+                       ).split() == ["active", "enabled"]
+        assert sm_clock() == "1800"
+        again = play(extra={"os_hardening_gpu_clocks_mhz": [1800, 2200]}, tags="os_gpu_clocks")
+        assert again.returncode == 0 and changed(again) == 0, again.output
+        moved = play(extra={"os_hardening_gpu_clocks_mhz": [1900, 2000]}, tags="os_gpu_clocks")
+        assert moved.returncode == 0 and "RUNNING HANDLER [dgxspark.cluster.os_hardening : Restart dgxspark-gpu-clocks" in moved.output
+        assert sm_clock() == "1900"
+        bad = play(extra={"os_hardening_gpu_clocks_mhz": [2200, 1800]}, tags="os_gpu_clocks")
+        assert bad.returncode != 0 and "os_hardening_gpu_clocks_mhz is [2200, 1800]: give [MIN, MAX] in MHz" in bad.output
+        assert sm_clock() == "1900"
+    finally:
+        off = play(tags="os_gpu_clocks")
+    assert off.returncode == 0, off.output
+    assert node_sh("test -e %s && echo present || echo absent" % unit) == "absent"
+    assert sm_clock() == "850"
+    quiet = play(tags="os_gpu_clocks")
+    assert quiet.returncode == 0 and changed(quiet) == 0, quiet.output

@@ -66,6 +66,18 @@ def test_a_driver_mismatch_is_named(stopped_lab):
             "Fix: install the same driver on every node") in out
 
 
+def test_a_busy_gpu_stuck_at_low_clocks_is_named(stopped_lab):
+    # eugr #334: a GB10 at 702 MHz under load, until its AC power is pulled (the stand-in reports what labctl stages).
+    stopped_lab.labctl("gpu", "spark-gamma", "--load", "96", "--sm-mhz", "702")
+    try:
+        out = deploy_stops_at_preflight(stopped_lab)
+    finally:
+        stopped_lab.labctl("gpu", "spark-gamma", "--reset")
+    assert ("spark-gamma: gpu: found SM clock 702 MHz at 96% utilisation (maximum 3003 MHz); expected at least 1501 MHz "
+            "(half the maximum) under load. Fix: pull the node's AC power for a minute") in out, out[-4000:]
+    assert "44 checks on 4 nodes: 1 problem" in out
+
+
 def test_a_docker_network_inside_a_rail_subnet_is_named(stopped_lab):
     # A network of another tool on the node (a compose project's) that took addresses of rail 2.
     gamma = stopped_lab.host("spark-gamma")
