@@ -34,7 +34,8 @@ def run_os_playbook(tmp_path, extra_vars, tags="os_inputs_only"):
 
 
 def test_valid_inputs_pass_the_gate(tmp_path):
-    proc = run_os_playbook(tmp_path, {"os_hardening_swappiness": 1, "os_hardening_memlock": 8192})
+    proc = run_os_playbook(tmp_path, {"os_hardening_swappiness": 1, "os_hardening_memlock": 8192,
+                                      "os_hardening_gpu_clocks_mhz": [0, 2200]})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "changed=0" in proc.stdout
 
@@ -56,6 +57,9 @@ BAD_INPUTS = [
     ("empty-memlock-domains", {"os_hardening_memlock_domains": []}, "os_hardening_memlock_domains"),
     ("memlock-domain-with-space", {"os_hardening_memlock_domains": ["* hard"]}, "limits.conf domains"),
     ("drop-caches-mode", {"os_hardening_drop_caches_mode": 4}, "os_hardening_drop_caches_mode"),
+    ("gpu-clocks-reversed", {"os_hardening_gpu_clocks_mhz": [2200, 1800]}, "os_hardening_gpu_clocks_mhz is [2200, 1800]"),
+    ("gpu-clocks-one-value", {"os_hardening_gpu_clocks_mhz": [2200]}, "give [MIN, MAX] in MHz"),
+    ("gpu-clocks-not-numbers", {"os_hardening_gpu_clocks_mhz": ["fast", "faster"]}, "os_hardening_gpu_clocks_mhz"),
     ("apply-runtime-not-bool", {"os_hardening_sysctl_apply_runtime": "maybe"}, "os_hardening_sysctl_apply_runtime"),
 ]
 
