@@ -27,6 +27,7 @@ import re
 import time
 from collections import deque
 
+from ansible_collections.dgxspark.cluster.plugins.module_utils.placement_wait import latest_placement_wait, placement_advice, placement_text
 from ansible_collections.dgxspark.cluster.plugins.module_utils.rendezvous import DEFAULT_JOIN_TIMEOUT
 
 DEFAULT_TIMEOUT = 3600
@@ -596,9 +597,9 @@ class ReadinessWatch:
             'gpu_memory_utilization (dgxspark_gpu_memory_utilization);\n'
             '(d) on 8 or more nodes, a load without --safetensors-load-strategy prefetch (vLLM issue 40988) can stall: add '
             'safetensors_load_strategy: prefetch to the vLLM options.\n'
-            'If the load is only slow (cold page cache, network storage), raise %s (now %s s).' % (
+            'If the load is only slow (cold page cache, network storage), raise %s (now %s s).%s' % (
                 self.node, self.container, format_duration(still), _number(self.stall_timeout), self._last_progress_text(),
-                self._lines_block(lines), where, self._py_spy(), self.stall_variable, _number(self.stall_timeout)))
+                self._lines_block(lines), where, self._py_spy(), self.stall_variable, _number(self.stall_timeout), self._placement()))
 
     def _missing_text(self, probe):
         health = probe.get('health') or {}
@@ -612,9 +613,18 @@ class ReadinessWatch:
 
     def _timeout_message(self, probe, now):
         return ('vLLM on %s (container %s) is not ready after %s (timeout %s s): %s. Last progress: %s. Last lines:%s\n'
-                'If it is still loading, raise the timeout of dgxspark.cluster.vllm_ready; if not, the lines above say where it stopped.' % (
+                'If it is still loading, raise the timeout of dgxspark.cluster.vllm_ready; if not, the lines above say where it stopped.%s' % (
                     self.node, self.container, format_duration(now - self.started), _number(self.timeout), self._missing_text(probe),
-                    self._last_progress_text(), self._lines_block(list(self.lines)[-10:])))
+                    self._last_progress_text(), self._lines_block(list(self.lines)[-10:]), self._placement()))
+
+    def _placement_wait(self):
+        # Only while the wait is among vLLM's last lines, before any weight: a placed group is followed by many more.
+        return None if self.progress else latest_placement_wait(list(self.lines)[-FINAL_LINES:])
+
+    def _placement(self):
+        """The placement advice, when vLLM's last word before loading was that its Ray placement group waits."""
+        wait = self._placement_wait()
+        return ('\n' + placement_advice(wait)) if wait else ''
 
     # -- reports
 
@@ -637,6 +647,9 @@ class ReadinessWatch:
         health = (self.last_probe or {}).get('health') or {}
         if health.get('status') == 200:
             parts.append('/health 200, %s' % self._missing_text(self.last_probe))
+        wait = self._placement_wait()
+        if wait:
+            parts.append(placement_text(wait))
         parts.append('%s elapsed' % format_duration(now - self.started))
         parts.append('last new log line %s ago' % format_duration(now - self.last_line_at) if self.lines else 'no log line yet')
         if self.lines and (not self.progress or self.progress['done'] >= self.progress['total']):

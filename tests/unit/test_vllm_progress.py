@@ -614,3 +614,32 @@ def test_argument_spec_hides_the_key_file():
     assert spec['served_model_name']['required'] is True
     assert (spec['timeout']['default'], spec['stall_timeout']['default'], spec['poll_interval']['default'],
             spec['progress_interval']['default'], spec['chat']['default']) == (3600, 900, 5.0, 30.0, True)
+
+
+PLACEMENT_WAIT = ("(EngineCore_DP0 pid=312) INFO 12-04 18:44:30 [ray_utils.py:466] Waiting for creating a placement group of specs "
+                  "for 40 seconds. specs=[{'GPU': 1.0, 'node:10.0.0.10': 0.001}, {'GPU': 1.0}]. Check `ray status` and `ray "
+                  "list nodes` to see if you have enough resources, and make sure the IP addresses used by ray cluster are the "
+                  "same as VLLM_HOST_IP environment variable specified in each node if you are running on a multi-node.")
+
+
+def test_a_placement_group_that_waits_is_named_with_its_strategy_and_pin():
+    """eugr #227: bundle 0 pinned to an address no Ray node has (the management interface's) waits for ever."""
+    clock = Clock()
+    w = watch(clock, timeout=600, stall_timeout=900)
+    refused = {'status': None, 'error': 'no answer from http://127.0.0.1:8000/health: [Errno 111] Connection refused'}
+    w.observe(probe([PLACEMENT_WAIT], health=refused))
+    assert 'Ray placement group pending 40 s (PACK, 2 bundles of 1 GPU, bundle 0 on node:10.0.0.10)' in w.report()
+    clock.advance(601)
+    assert w.observe(probe([], health=refused)) == 'failed'
+    assert 'vLLM has waited 40 s for its Ray placement group (strategy PACK, 2 bundles of 1 GPU): bundle 0 is pinned to ' \
+           'the resource node:10.0.0.10' in w.message
+
+
+def test_a_placed_group_is_not_named_once_later_lines_or_weights_follow():
+    clock = Clock()
+    w = watch(clock, timeout=600, stall_timeout=900)
+    w.observe(probe([PLACEMENT_WAIT] + ['(EngineCore_DP0 pid=312) INFO worker %d ready' % n for n in range(6)]))
+    assert 'placement' not in w.report()
+    w = watch(Clock())
+    w.observe(probe([PLACEMENT_WAIT, BAR_0]))
+    assert 'placement' not in w.report()
