@@ -245,6 +245,7 @@ class ActionModule(ActionBase):
         problems.extend(role_inputs.value_problems(role_values))
         problems.extend(role_inputs.secret_problems(role_values))
         problems.extend(role_inputs.planned_option_problems(role_values))
+        problems.extend(role_inputs.planned_environment_problems(role_values))
         problems.extend(role_inputs.api_key_problems(role_values, (plan_groups['head'] or [''])[0]))
         problems.extend(role_inputs.port_problems(role_values, *port_defaults(specs)))
         network_problems, network_warnings = role_inputs.api_network_problems(role_values)

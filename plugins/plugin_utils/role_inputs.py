@@ -71,6 +71,21 @@ PLANNED_OPTIONS = {
     'host': 'vllm_container_host',
     'port': 'vllm_container_port',
 }
+# Environment variables the plan gives every serving container: set in an extra environment they would override it on
+# that node only. The maps of the NCCL test and of the download are the user's own (no serving process reads them).
+SERVING_ENVIRONMENT_MAPS = ('vllm_container_extra_env', 'ray_cluster_extra_env')
+_RAILS = 'the plan (from the rails, dgxspark_rails), the same for every rank'
+PLANNED_ENVIRONMENT = {
+    'VLLM_HOST_IP': ("the plan (each node's rail-1 address, which Ray registers the node with: vLLM pins its placement group's "
+                     "first bundle to this address, so another one waits for ever, eugr/spark-vllm-docker #227)"),
+    'NCCL_SOCKET_IFNAME': _RAILS,
+    'GLOO_SOCKET_IFNAME': _RAILS,
+    'TP_SOCKET_IFNAME': _RAILS,
+    'DGXSPARK_RAY_ADDRESS': "the plan (the head's rail-1 address and ray_cluster_ports.gcs)",
+    'RAY_AUTH_MODE': ('the collection: token authentication stays on, as without it anyone who reaches a Ray port runs code '
+                      'on every node'),
+    'RAY_AUTH_TOKEN_PATH': 'the collection (ray_cluster_auth_token becomes this 0600 file)',
+}
 # vLLM options only its Ray executor reads (any other ray_* option too): with mp they would be ignored.
 RAY_ONLY_OPTION_PREFIX = 'ray_'
 
@@ -315,6 +330,19 @@ def planned_option_problems(values_by_host):
                     text = ('%s sets %s, which the plan decides: it would run while the plan table shows the planned value; '
                             'remove it and set %s instead' % (variable, key, PLANNED_OPTIONS[option]))
                     found.setdefault(text, set()).add(host)
+    return _merge(found, values_by_host)
+
+
+def planned_environment_problems(values_by_host):
+    """An extra serving environment that sets what the plan or the collection gives every serving container
+    (PLANNED_ENVIRONMENT): refused, naming who sets it."""
+    found = {}
+    for host, values in values_by_host.items():
+        for variable in SERVING_ENVIRONMENT_MAPS:
+            environment = values.get(variable) if isinstance(values.get(variable), dict) else {}
+            for key in sorted(k for k in environment if str(k) in PLANNED_ENVIRONMENT):
+                text = '%s sets %s, which is set by %s; remove it' % (variable, key, PLANNED_ENVIRONMENT[key])
+                found.setdefault(text, set()).add(host)
     return _merge(found, values_by_host)
 
 

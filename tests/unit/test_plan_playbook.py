@@ -214,6 +214,16 @@ def test_plan_refuses_remote_code_switched_on_in_the_extra_args_at_a_branch():
     assert accepted.returncode == 0, accepted.stdout + accepted.stderr
 
 
+def test_plan_refuses_an_extra_environment_that_moves_vllm_off_ray_s_node_address():
+    """Issue 50 item 9: VLLM_HOST_IP other than Ray's node address pins the placement group to a node Ray does not have."""
+    extra = '{"vllm_container_extra_env": {"VLLM_HOST_IP": "10.0.0.10"}}'
+    result = run_plan('inventories/4node', '-e', extra, playbook='deploy-397b.yml')
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    assert ("vllm_container_extra_env sets VLLM_HOST_IP, which is set by the plan (each node's rail-1 address, which Ray "
+            "registers the node with") in ' '.join(output.split()), output
+
+
 def test_plan_names_the_host_of_a_misspelled_host_variable(tmp_path):
     """A second inventory source adds a variable to one node only: the problem names that node."""
     extra = tmp_path / 'extra.yml'

@@ -106,6 +106,25 @@ def test_the_extras_that_undo_the_plan_are_named_together_once_for_every_node():
     assert named == ['gpu_memory_utilization', 'max_model_len', 'tensor_parallel_size']
 
 
+@pytest.mark.parametrize('variable, key, who', [
+    ('vllm_container_extra_env', 'VLLM_HOST_IP', "the plan (each node's rail-1 address, which Ray registers the node with"),
+    ('ray_cluster_extra_env', 'NCCL_SOCKET_IFNAME', 'the plan (from the rails, dgxspark_rails)'),
+    ('ray_cluster_extra_env', 'RAY_AUTH_MODE', 'the collection: token authentication stays on'),
+    ('vllm_container_extra_env', 'DGXSPARK_RAY_ADDRESS', "the plan (the head's rail-1 address"),
+])
+def test_an_extra_environment_that_the_plan_sets_is_refused(variable, key, who):
+    [problem] = ri.planned_environment_problems(everywhere(**{variable: {key: 'x', 'NCCL_IB_TIMEOUT': '22'}}))
+    assert problem.startswith('%s sets %s, which is set by %s' % (variable, key, who)), problem
+    assert problem.endswith('; remove it (set on every node)'), problem
+
+
+def test_extra_environments_the_plan_leaves_pass():
+    assert ri.planned_environment_problems(everywhere(
+        vllm_container_extra_env={'NCCL_IB_TIMEOUT': '22', 'VLLM_LOGGING_LEVEL': 'DEBUG'},
+        # The NCCL test's own map may pick interfaces: no serving process reads it.
+        fabric_check_nccl_env={'NCCL_SOCKET_IFNAME': '=enp1s0f1np1'})) == []
+
+
 @pytest.mark.parametrize('options', [
     {'max_num_seqs': 8, 'enforce_eager': True, 'limit_mm_per_prompt.video': 0, 'quantization': None},
     {'kv_cache_memory_bytes': '256M', 'compilation_config': '{"mode": 2}', 'middleware': ['x.Y']},
