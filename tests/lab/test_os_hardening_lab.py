@@ -279,7 +279,8 @@ def test_gpu_clocks_locked_by_a_unit_changed_by_its_handler_and_given_back():
         assert moved.returncode == 0 and "RUNNING HANDLER [dgxspark.cluster.os_hardening : Restart dgxspark-gpu-clocks" in moved.output
         assert sm_clock() == "1900"
         bad = play(extra={"os_hardening_gpu_clocks_mhz": [2200, 1800]}, tags="os_gpu_clocks")
-        assert bad.returncode != 0 and "os_hardening_gpu_clocks_mhz is [2200, 1800]: give [MIN, MAX] in MHz" in bad.output
+        assert bad.returncode != 0 and changed(bad) == 0, bad.output
+        assert "os_hardening_gpu_clocks_mhz is [2200, 1800] on %s: give [MIN, MAX] in MHz" % NODE in " ".join(bad.output.split())
         assert sm_clock() == "1900"
     finally:
         off = play(tags="os_gpu_clocks")

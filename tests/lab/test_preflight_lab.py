@@ -162,7 +162,8 @@ def test_an_engine_of_a_regular_user_where_logind_removes_its_ipc(stopped_lab):
     the os phase told not to change it: every node is refused, since the head's image runs the engine everywhere."""
     alpha = stopped_lab.host("spark-alpha")
     image = "dgxspark-lab/serving-as-uid-1000:test"
-    alpha.check_output("cid=$(docker create %s) && docker commit --change 'USER 1000' $cid %s >/dev/null && docker rm $cid >/dev/null"
+    # The lab's image (docker import) has no command: create needs one.
+    alpha.check_output("cid=$(docker create %s true) && docker commit --change 'USER 1000' $cid %s >/dev/null && docker rm $cid >/dev/null"
                        % (stopped_lab.state()["serving_image"], image))
     # The lab's deploy wrote the os phase's RemoveIPC=no: set aside, so that logind runs with systemd's default.
     for node in stopped_lab.nodes:
