@@ -33,9 +33,9 @@ EXPECT_DEFAULTS = {
     'ports': {},                    # port -> what uses it (e.g. 'Ray GCS')
     'own_containers': [],           # this collection's containers: their ports and memory are not a problem
     'max_clock_skew_s': 5.0,
-    'logind_keep_ipc': True,
+    'logind_keep_ipc': True,        # os_hardening writes RemoveIPC=no before any engine starts (tag os_logind)
     'gpu_clocks_mhz': [],           # os_hardening_gpu_clocks_mhz: the SM clock range locked at boot ([] none)
-    'busy_gpu_percent': 50,         # above this utilisation a GPU is under load (as in the DgxsparkGpuClockLow alert)        # os_hardening writes RemoveIPC=no before any engine starts (tag os_logind)
+    'busy_gpu_percent': 50,         # above it a GPU is under load (the DgxsparkGpuClockLow alert's threshold)
 }
 
 
