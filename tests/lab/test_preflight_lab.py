@@ -165,16 +165,19 @@ def test_an_engine_of_a_regular_user_where_logind_removes_its_ipc(stopped_lab):
     # The lab's image (docker import) has no command: create needs one.
     alpha.check_output("cid=$(docker create %s true) && docker commit --change 'USER 1000' $cid %s >/dev/null && docker rm $cid >/dev/null"
                        % (stopped_lab.state()["serving_image"], image))
-    # The lab's deploy wrote the os phase's RemoveIPC=no: set aside, so that logind runs with systemd's default.
+    # A node that an earlier deploy's os phase gave RemoveIPC=no has it set aside, so that logind runs with systemd's
+    # default on every node.
     for node in stopped_lab.nodes:
-        stopped_lab.host(node).check_output("mv %s /root/logind-dropin && systemctl restart systemd-logind" % LOGIND_DROPIN)
+        stopped_lab.host(node).check_output("if [ -e %s ]; then mv %s /root/logind-dropin && systemctl restart systemd-logind; fi"
+                                            % (LOGIND_DROPIN, LOGIND_DROPIN))
     try:
         out = deploy_stops_at_preflight(stopped_lab, "-e", json.dumps({"dgxspark_serving_image": image,
                                                                         "os_hardening_logind_keep_ipc": False}))
     finally:
         alpha.check_output("docker rmi %s >/dev/null" % image)
         for node in stopped_lab.nodes:
-            stopped_lab.host(node).check_output("mv /root/logind-dropin %s && systemctl restart systemd-logind" % LOGIND_DROPIN)
+            stopped_lab.host(node).check_output("if [ -e /root/logind-dropin ]; then mv /root/logind-dropin %s && "
+                                                "systemctl restart systemd-logind; fi" % LOGIND_DROPIN)
     for node in stopped_lab.nodes:
         assert ("%s: ipc: found logind RemoveIPC=yes (systemd's default) and an engine that runs as 1000 (the image's USER)"
                 % node) in out, out[-6000:]
