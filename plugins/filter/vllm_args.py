@@ -6,11 +6,7 @@
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.dgxspark.cluster.plugins.plugin_utils.vllm_args import (
-    VllmArgsError,
-    executor_rendezvous as _executor_rendezvous,
-    vllm_argv,
-)
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.vllm_args import VllmArgsError, vllm_argv
 
 
 def vllm_args(options, list_style=None):
@@ -21,16 +17,8 @@ def vllm_args(options, list_style=None):
         raise AnsibleFilterError(str(exc)) from exc
 
 
-def executor_rendezvous(plan):
-    """rank 0's rendezvous and the other ranks' addresses under mp, else None (documented in executor_rendezvous.yml)."""
-    try:
-        return _executor_rendezvous(plan)
-    except VllmArgsError as exc:
-        raise AnsibleFilterError(str(exc)) from exc
-
-
 class FilterModule:
     """Filters that build vLLM command lines."""
 
     def filters(self):
-        return {"vllm_args": vllm_args, "executor_rendezvous": executor_rendezvous}
+        return {"vllm_args": vllm_args}

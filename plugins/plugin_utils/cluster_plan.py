@@ -508,6 +508,16 @@ ASSUMPTIONS = (
 )
 
 
+def serving_kinds(backend, rank):
+    """The serving containers a node of ``rank`` runs under the executor backend, in start order: with Ray, Ray's on
+    every node and vLLM's engine on the head (rank 0); with mp (vLLM's own multi-node backend), vLLM's on every node,
+    rank 0 with the API and the others --headless. The one place where the backend decides what runs where: every
+    role, playbook and plugin reads the plan's nodes[].runs (or what the plan derives from it) instead of asking it."""
+    if backend == 'mp':
+        return ['vllm']
+    return ['ray', 'vllm'] if rank == 0 else ['ray']
+
+
 def build_plan(groups, hostvars, profiles, presets=None, presets_by='the playbook'):
     """Build the plan. ``groups``: {'head': [...], 'workers': [...]}; ``hostvars``: host -> vars;
     ``profiles``: profile name -> loaded profile mapping; ``presets``: cluster variable -> value that the playbook
@@ -582,6 +592,7 @@ def build_plan(groups, hostvars, profiles, presets=None, presets_by='the playboo
             'rank': rank,
             'role': 'head' if rank == 0 else 'worker',
             'rail_addresses': dict((r['name'], addresses[host][r['name']]) for r in rails),
+            'runs': serving_kinds(values['dgxspark_executor_backend'], rank),
         })
     return {
         'model_profile': profile_name,
@@ -602,7 +613,7 @@ def build_plan(groups, hostvars, profiles, presets=None, presets_by='the playboo
         'executor_backend': values['dgxspark_executor_backend'],
         # With mp, every rank meets rank 0 (the head) at its rail-1 address.
         'mp_master': ({'address': nodes[0]['rail_addresses'][rails[0]['name']], 'port': values['dgxspark_mp_master_port']}
-                      if values['dgxspark_executor_backend'] == 'mp' else None),
+                      if 'ray' not in nodes[0]['runs'] else None),
         'rails': [{'name': r['name'], 'interface': r['interface'], 'subnet': str(r['net']),
                    'prefixlen': r['net'].prefixlen, 'address_offset': r['address_offset']} for r in rails],
         'memory': memory,

@@ -52,11 +52,6 @@ def _seconds(settings, key):
     return '%ds' % seconds
 
 
-def _ray_runs(plan):
-    """Whether the plan's executor backend is Ray (vLLM's own multi-node backend, mp, runs no Ray)."""
-    return plan.get('executor_backend', 'ray') == 'ray'
-
-
 def _job(name, targets, **extra):
     job = {'job_name': name, 'static_configs': [{'targets': [target], 'labels': {'node': host}}
                                                 for host, target in targets]}
@@ -76,9 +71,10 @@ def prometheus_config(plan, settings):
         _job('vllm', [(head, '%s:%d' % (addresses[head], _port(settings, 'vllm_port')))],
              authorization={'type': 'Bearer', 'credentials_file': settings['api_key_file']}),
     ]
-    if settings.get('scrape_ray') and _ray_runs(plan):
+    ray_nodes = [n['host'] for n in nodes if 'ray' in n['runs']]  # none with vLLM's own multi-node backend (mp)
+    if settings.get('scrape_ray') and ray_nodes:
         ray_port = _port(settings, 'ray_metrics_port')
-        jobs.append(_job('ray', [(n['host'], '%s:%d' % (addresses[n['host']], ray_port)) for n in nodes]))
+        jobs.append(_job('ray', [(host, '%s:%d' % (addresses[host], ray_port)) for host in ray_nodes]))
     return {
         'global': {'scrape_interval': _seconds(settings, 'scrape_interval_s'),
                    'evaluation_interval': _seconds(settings, 'evaluation_interval_s'),
@@ -92,14 +88,13 @@ def node_metrics_config(host, plan, settings):
     """What dgxspark_node_metrics.py reads on `host`. settings: rank_container, engine_container, supervisor_report
     (the head's report file, '' without a supervisor), phase_dir, output, nvidia_smi, memory_floor_share (of what the
     plan leaves outside vLLM's budget) or memory_floor_gib (a figure; None: the share)."""
-    nodes = _nodes(plan)[0]
-    if host not in [node['host'] for node in nodes]:
+    runs = dict((node['host'], node['runs']) for node in _nodes(plan)[0])
+    if host not in runs:
         raise MonitoringConfigError('%s is not a node of the plan' % host)
-    # With Ray: Ray's container on every node and vLLM's on the head; with mp every node's vLLM container is its rank.
-    if _ray_runs(plan):
-        containers = [settings['rank_container']] + ([settings['engine_container']] if host == plan['head'] else [])
-    else:
-        containers = [settings['engine_container']]
+    # The node's containers as the plan runs them: with Ray, Ray's on every node and vLLM's on the head; with mp every
+    # node's vLLM container is its rank.
+    names = {'ray': settings['rank_container'], 'vllm': settings['engine_container']}
+    containers = [names[kind] for kind in runs[host]]
     floor_gib = settings.get('memory_floor_gib')
     if floor_gib in (None, ''):
         memory = plan.get('memory') or {}

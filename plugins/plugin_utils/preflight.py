@@ -167,8 +167,8 @@ def docker_network_overlaps(networks, rails):
 
 def _image_versions(report, host, image, expect, plan):
     refusals = []
-    # With vLLM's own multi-node backend (mp) no Ray runs: an image without it (NVIDIA's NGC images) is fine.
-    ray = plan.get('executor_backend', 'ray') == 'ray'
+    # Where the plan runs no Ray on the node (vLLM's own multi-node backend, mp), an image without it (NGC's) is fine.
+    ray = any('ray' in node['runs'] for node in plan['nodes'] if node['host'] == host)
     errors = [e for e in image.get('errors') or [] if ray or not e.startswith('ray ')]
     if not errors and plan.get('patches'):
         try:

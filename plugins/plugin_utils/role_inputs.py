@@ -24,6 +24,7 @@ import re
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils.inventory_schema import plain, type_word
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.vllm_args import executor_rendezvous
 
 try:
     import yaml
@@ -370,6 +371,7 @@ def backend_problems(values_by_host, backend, master_port, single_defaults):
     """The options an executor backend owns, set in an options map (any backend); with mp, the options only Ray takes
     and a master port that another service of the node has."""
     found = {}
+    mp = backend == 'mp'
     for host, values in values_by_host.items():
         for variable in OPTION_MAPS:
             options = values.get(variable) if isinstance(values.get(variable), dict) else {}
@@ -380,11 +382,11 @@ def backend_problems(values_by_host, backend, master_port, single_defaults):
                             'is chosen with dgxspark_executor_backend, its port with dgxspark_mp_master_port)'
                             % (variable, key, backend))
                     found.setdefault(text, set()).add(host)
-                elif backend == 'mp' and option.startswith(RAY_ONLY_OPTION_PREFIX):
+                elif mp and option.startswith(RAY_ONLY_OPTION_PREFIX):
                     text = ('%s sets %s, an option of vLLM\'s Ray executor, but dgxspark_executor_backend is mp: no Ray '
                             'runs; remove it, or use the ray backend' % (variable, key))
                     found.setdefault(text, set()).add(host)
-        if backend == 'mp' and _port(master_port) is not None:
+        if mp and _port(master_port) is not None:
             for variable, what in SINGLE_PORTS:
                 if _port(values.get(variable, single_defaults.get(variable))) == _port(master_port):
                     text = ('dgxspark_mp_master_port is %s, the port of %s (%s): give the mp rendezvous its own port'
@@ -591,12 +593,13 @@ def serving_names(head_values, specs, plan):
     ray_ports = dict((options.get('ray_cluster_ports') or {}).get('default') or {})
     if isinstance(head_values.get('ray_cluster_ports'), dict):
         ray_ports.update(plain(head_values['ray_cluster_ports']))
-    mp = plan['executor_backend'] == 'mp'
+    # The plan's nodes[].runs name the kinds of container each node runs (Ray's, vLLM's), in start order.
+    names = {'ray': rank, 'vllm': engine}
     return {
         'engine_container': engine,
         'ray_container': rank,
         # the container every node runs: its vLLM rank with mp, Ray's otherwise
-        'node_container': engine if mp else rank,
+        'node_container': names[plan['nodes'][-1]['runs'][0]],
         'api_port': _port(value('vllm_container_port')),
         'ray_ports': ray_ports,
         # the engine's readiness deadlines (the supervisor's grace after a start), the monitoring's ports (the firewall's)
@@ -604,8 +607,9 @@ def serving_names(head_values, specs, plan):
         'stall_timeout': value('vllm_container_stall_timeout'),
         'prometheus_port': _port(value('monitoring_prometheus_port')),
         'node_exporter_port': _port(value('monitoring_node_exporter_port')),
-        'release_containers': dict((node['host'], [engine] if mp else [rank] + ([engine] if node['host'] == plan['head'] else []))
-                                   for node in plan['nodes']),
+        'release_containers': dict((node['host'], [names[kind] for kind in node['runs']]) for node in plan['nodes']),
+        # Under mp, rank 0's rendezvous as the head's readiness check watches it; None under Ray.
+        'rendezvous': executor_rendezvous(plan),
     }
 
 

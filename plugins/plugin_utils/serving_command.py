@@ -21,7 +21,7 @@ import shlex
 from ansible_collections.dgxspark.cluster.plugins.module_utils.nccl_env import NODE_VALUE, NON_CARRY_OVER_KEY, planned_nccl_env
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils.profile_schema import patch_container_env
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils.ray_start import ray_start_argv
-from ansible_collections.dgxspark.cluster.plugins.plugin_utils.vllm_args import executor_environment, executor_options, vllm_argv
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.vllm_args import executor, vllm_argv
 
 # Paths on a node, and where the containers see them (the roles write the files there).
 PATHS = {
@@ -74,8 +74,8 @@ def _layers(layers):
 def node_serving_env(plan, host, inputs):
     """(env, node_env) of every serving container of ``host``: NCCL's, vLLM's, Ray's, the cache's, the patches' and
     ray_cluster_extra_env; node_env lists the keys whose value the node supplies."""
-    ray = plan['executor_backend'] == 'ray'
     node = _node(plan, host)
+    ray = 'ray' in node['runs']
     rail = plan['rails'][0]['name']
     nccl, per_host, node_keys = _planned_nccl(plan, node)
     if not ray:  # its one Ray variable (RAY_memory_monitor_refresh_ms) means nothing without Ray
@@ -100,12 +100,12 @@ def bind(volume):
     return volume if str(volume).count(':') >= 2 else '%s:rw' % volume
 
 
-def node_serving_volumes(plan, inputs):
+def node_serving_volumes(plan, host, inputs):
     """The mounts every serving container of a node needs: the model, with Ray its token and /tmp/ray, the patches, vLLM's
     cache, then ray_cluster_extra_volumes."""
     model_dir, cache_dir = inputs['ray_cluster_model_dir'], inputs['ray_cluster_vllm_cache_dir']
     volumes = ['%s:%s:ro' % (model_dir, model_dir)]
-    if plan['executor_backend'] == 'ray':
+    if 'ray' in _node(plan, host)['runs']:
         volumes += ['%s/ray_token:%s:ro' % (PATHS['secrets_dir'], RAY_TOKEN_IN_CONTAINER), RAY_TMP_VOLUME + ':/tmp/ray']
     patches = patch_container_env(plan.get('patches'))
     if patches:
@@ -126,16 +126,16 @@ def rdma(inputs):
 
 def ray_container(plan, host, inputs):
     """The Ray container of ``host`` (the ray backend), or None under mp."""
-    if plan['executor_backend'] != 'ray':
-        return None
     node, rail = _node(plan, host), plan['rails'][0]['name']
+    if 'ray' not in node['runs']:
+        return None
     env, node_env = node_serving_env(plan, host, inputs)
     argv = [node['role']] + ray_start_argv(
         inputs['ray_cluster_ports'], node['role'], node['rail_addresses'][rail], _node(plan, plan['head'])['rail_addresses'][rail],
         num_gpus=inputs['ray_cluster_num_gpus'], dashboard=inputs['ray_cluster_dashboard'],
         client_server=inputs['ray_cluster_client_server'], object_store_memory=inputs['ray_cluster_object_store_memory'])
     spec = {'name': inputs['ray_cluster_container_name'], 'image': inputs['ray_cluster_image'], 'script': 'ray-node.sh',
-            'argv': argv, 'env': env, 'node_env': node_env, 'volumes': node_serving_volumes(plan, inputs),
+            'argv': argv, 'env': env, 'node_env': node_env, 'volumes': node_serving_volumes(plan, host, inputs),
             'pid_mode': 'host' if node['role'] == 'head' else None, 'gpus': inputs['ray_cluster_gpus'] == 'all',
             'restart_policy': inputs['ray_cluster_restart_policy']}
     spec.update(rdma(inputs))
@@ -145,10 +145,12 @@ def ray_container(plan, host, inputs):
 def vllm_container(plan, host, inputs):
     """The vLLM container of ``host``: the head's with Ray, every node's with mp (rank 0 with the API, the others
     --headless); None where none runs."""
-    mp = plan['executor_backend'] == 'mp'
-    head = host == plan['head']
-    if not (head or mp):
+    runs = _node(plan, host)['runs']
+    if 'vllm' not in runs:
         return None
+    head = host == plan['head']
+    # Without a Ray container on the node (mp), this one holds the node's NCCL rank: RoCE's devices and limits, its own PIDs.
+    rank = 'ray' not in runs
     model = inputs['vllm_container_model'] or plan['hf_repo']
     served = inputs['vllm_container_served_model_name'] or plan['hf_repo']
     # The profile's options, then what the plan decided, then the site's, then the user's extras (refused by the plan
@@ -160,7 +162,8 @@ def vllm_container(plan, host, inputs):
         'kv_cache_dtype': plan['kv_cache_dtype'], 'enable_expert_parallel': plan['enable_expert_parallel'],
         'served_model_name': [served], 'host': inputs['vllm_container_host'], 'port': inputs['vllm_container_port'],
     })
-    options.update(executor_options(plan, host))
+    executor_options, executor_env = executor(plan, host)
+    options.update(executor_options)
     options.update(_mapping(inputs, 'vllm_container_site_args'))
     options.update(_mapping(inputs, 'vllm_container_extra_args'))
     argv = ['serve', model] + vllm_argv(options) + (GUARD_MIDDLEWARE if head else [])
@@ -170,12 +173,12 @@ def vllm_container(plan, host, inputs):
     # vLLM reads a Hugging Face token only with the Hub online; only the head's vLLM resolves the model.
     offline = str(_layers([node_env, extra_env]).get('HF_HUB_OFFLINE')) == '1'
     hf_token = head and bool(inputs['vllm_container_hf_token']) and not offline
-    rank = {'DGXSPARK_API_KEY_FILE': API_KEY_IN_CONTAINER,
-            'DGXSPARK_API_OPEN_PATHS': json.dumps(list(inputs['vllm_container_open_paths']))} if head else {}
-    rank.update(executor_environment(plan, host))
-    env = _layers([node_env, {'DGXSPARK_PYTHON_DIR': PYTHON_IN_CONTAINER}, rank,
+    own = {'DGXSPARK_API_KEY_FILE': API_KEY_IN_CONTAINER,
+           'DGXSPARK_API_OPEN_PATHS': json.dumps(list(inputs['vllm_container_open_paths']))} if head else {}
+    own.update(executor_env)
+    env = _layers([node_env, {'DGXSPARK_PYTHON_DIR': PYTHON_IN_CONTAINER}, own,
                    {'HF_TOKEN_PATH': HF_TOKEN_IN_CONTAINER} if hf_token else {}, extra_env])
-    volumes = node_serving_volumes(plan, inputs)
+    volumes = node_serving_volumes(plan, host, inputs)
     if head:
         volumes.append('%s/vllm_api_key:%s:ro' % (PATHS['secrets_dir'], API_KEY_IN_CONTAINER))
     volumes.append('%s:%s:ro' % (PATHS['python_dir'], PYTHON_IN_CONTAINER))
@@ -183,13 +186,13 @@ def vllm_container(plan, host, inputs):
         volumes.append('%s/hf_token:%s:ro' % (PATHS['secrets_dir'], HF_TOKEN_IN_CONTAINER))
     node_rdma = rdma(inputs)
     capabilities = list(inputs['vllm_container_capabilities'] or [])
-    for name in node_rdma['capabilities'] if mp else []:  # a rank of mp registers RDMA memory as Ray's container does
+    for name in node_rdma['capabilities'] if rank else []:  # it registers RDMA memory as Ray's container does
         if name not in capabilities:
             capabilities.append(name)
     return {'name': inputs['vllm_container_name'], 'image': inputs['vllm_container_image'], 'script': 'vllm-serve.sh',
             'argv': argv, 'env': env, 'node_env': [key for key in node_keys if env.get(key) == node_env.get(key)],
-            'volumes': volumes, 'pid_mode': None if mp else 'host', 'gpus': inputs['vllm_container_gpus'] == 'all',
-            'devices': node_rdma['devices'] if mp else None, 'ulimits': node_rdma['ulimits'] if mp else None,
+            'volumes': volumes, 'pid_mode': None if rank else 'host', 'gpus': inputs['vllm_container_gpus'] == 'all',
+            'devices': node_rdma['devices'] if rank else None, 'ulimits': node_rdma['ulimits'] if rank else None,
             'capabilities': capabilities, 'restart_policy': inputs['vllm_container_restart_policy'],
             'served_model_name': served, 'hf_token_file': hf_token}
 

@@ -276,8 +276,8 @@ def build_serving_status(plan, probes, vllm=None, membership=None, unreachable=N
     served_model_name = served_model_name or plan.get('served_model_name') or (vllm or {}).get('served_model_name') or (
         ((vllm or {}).get('invocation') or {}).get('module_args') or {}).get('served_model_name')
     head = plan.get('head') or next((n['host'] for n in nodes if n['role'] == 'head'), nodes[0]['host'] if nodes else None)
-    # With vLLM's own multi-node backend (mp) each node's probe is of its vLLM rank's container; there is no Ray.
-    mp = plan.get('executor_backend') == 'mp'
+    # Where the plan runs no Ray (vLLM's own multi-node backend, mp) each node's probe is of its vLLM rank's container.
+    mp = not any('ray' in node['runs'] for node in plan['nodes'])
     kind = 'vLLM rank' if mp else 'Ray'
     problems = []
 

@@ -20,6 +20,11 @@ class SupervisorConfigError(ValueError):
     """The plan or the settings cannot make a configuration."""
 
 
+def _container_names(settings):
+    """The container of each kind the plan's nodes[].runs name."""
+    return {'ray': settings['rank_container'], 'vllm': settings['engine_container']}
+
+
 def supervisor_config(plan, settings):
     """The JSON the supervisor reads. settings: rank_container, engine_container, the core's figures (interval_s,
     deadline_s, failures_to_restart, grace_s, stall_s, frozen_s, budget_restarts, budget_window_s, memory_wait_s), url,
@@ -46,11 +51,11 @@ def supervisor_config(plan, settings):
         if not address:
             raise SupervisorConfigError('node %s has no address on rail %s in the plan' % (node['host'], rail))
         targets[node['host']] = {'address': address}
-    if plan.get('executor_backend') == 'mp':
-        # vLLM's own multi-node backend: the workers' headless ranks, then rank 0 on the head (the engine, with the API).
-        group = [{'node': node['host'], 'container': settings['engine_container']} for node in nodes[1:]]
-    else:
-        group = [{'node': node['host'], 'container': settings['rank_container']} for node in nodes]
+    # Every node's containers as the plan runs them (nodes[].runs: with Ray, each node's Ray; with mp, the workers'
+    # headless ranks), then the engine on the head (with the API) last.
+    names = _container_names(settings)
+    group = [{'node': node['host'], 'container': names[kind]} for node in nodes for kind in node['runs']
+             if not (node['host'] == plan['head'] and kind == 'vllm')]
     group.append({'node': plan['head'], 'container': settings['engine_container'], 'engine': True})
     config = dict((key, settings[key]) for key in ('url', 'api_key_file', 'model', 'state_dir', 'node_ctl', 'ssh'))
     for key in ('interval_s', 'deadline_s', 'failures_to_restart', 'grace_s', 'stall_s', 'frozen_s', 'budget_restarts',
@@ -67,10 +72,8 @@ def supervisor_config(plan, settings):
 def node_ctl_config(host, plan, settings):
     """What dgxspark_node_ctl.py may touch on `host`: its rank container, and the engine on the head (with mp, the
     vLLM container of every node, which is its rank)."""
-    if plan.get('executor_backend') == 'mp':
-        containers = [settings['engine_container']]
-    else:
-        containers = [settings['rank_container']]
-        if host == plan.get('head'):
-            containers.append(settings['engine_container'])
-    return {'containers': containers, 'meminfo': settings['meminfo'], 'stop_timeout_s': int(settings['stop_timeout_s'])}
+    names = _container_names(settings)
+    runs = next((node['runs'] for node in plan['nodes'] if node['host'] == host), None)
+    if runs is None:
+        raise SupervisorConfigError('%s is not a node of the plan' % host)
+    return {'containers': [names[kind] for kind in runs], 'meminfo': settings['meminfo'], 'stop_timeout_s': int(settings['stop_timeout_s'])}

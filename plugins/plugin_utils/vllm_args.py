@@ -223,44 +223,36 @@ def vllm_argv(options, list_style=None):
     return argv
 
 
-def executor_options(plan, host):
-    """The vLLM options of ``host``'s rank that the plan's executor backend decides: with Ray, the backend alone (the
-    head's vLLM places every rank through Ray); with mp, the group's size, the host's rank, rank 0's rendezvous and,
-    on every node but the head, --headless."""
-    backend = plan.get('executor_backend', 'ray')
-    if backend == 'ray':
-        return {'distributed_executor_backend': 'ray'}
+def executor(plan, host):
+    """(options, environment) of ``host``'s vLLM rank that the plan's executor backend decides. With Ray: the backend
+    alone (the head's vLLM places every rank through Ray), and for vllm-serve.sh the GPUs to wait for. With mp: the
+    group's size, the host's rank, rank 0's rendezvous and, on every node but the head, --headless; vllm-serve.sh gets
+    the backend, and a headless rank rank 0's rendezvous that its watch connects to (dgxspark_rank_watch.py, vLLM
+    #32136)."""
+    if plan['executor_backend'] == 'ray':
+        return {'distributed_executor_backend': 'ray'}, {'DGXSPARK_VLLM_GPUS': str(plan['gpus'])}
     ranks = dict((node['host'], node['rank']) for node in plan['nodes'])
     if host not in ranks:
-        raise VllmArgsError('executor_options: %s is not a node of the plan (%s)' % (host, ', '.join(sorted(ranks))))
-    return {'distributed_executor_backend': 'mp', 'nnodes': len(ranks), 'node_rank': ranks[host],
-            'master_addr': plan['mp_master']['address'], 'master_port': plan['mp_master']['port'],
-            'headless': ranks[host] != 0}
-
-
-def executor_environment(plan, host):
-    """What vllm-serve.sh needs of the executor backend in ``host``'s vLLM container: with Ray, the GPUs to wait for
-    (the head's container; the engine places them all); with mp, the backend, and on a headless rank rank 0's rendezvous
-    that its watch connects to (dgxspark_rank_watch.py, vLLM #32136)."""
-    options = executor_options(plan, host)
-    if options['distributed_executor_backend'] == 'ray':
-        return {'DGXSPARK_VLLM_GPUS': str(plan.get('gpus', len(plan['nodes'])))}
+        raise VllmArgsError('executor: %s is not a node of the plan (%s)' % (host, ', '.join(sorted(ranks))))
+    master = plan['mp_master']
+    options = {'distributed_executor_backend': 'mp', 'nnodes': len(ranks), 'node_rank': ranks[host],
+               'master_addr': master['address'], 'master_port': master['port'], 'headless': ranks[host] != 0}
     env = {'DGXSPARK_EXECUTOR': 'mp'}
     if options['headless']:
-        env['DGXSPARK_RANK_WATCH'] = '%s:%d' % (options['master_addr'], int(options['master_port']))
-    return env
+        env['DGXSPARK_RANK_WATCH'] = '%s:%d' % (master['address'], int(master['port']))
+    return options, env
 
 
 def executor_rendezvous(plan):
     """Under mp, rank 0's rendezvous as the head's readiness check watches it: its address and port, and each other
     node mapped to the address its rank connects from (its rail-1 address); None under Ray (Ray's membership check
     runs before vLLM starts)."""
-    if plan.get('executor_backend', 'ray') != 'mp':
-        return None
     try:
+        master = plan['mp_master']
+        if not master:
+            return None
         rail = plan['rails'][0]['name']
-        head = plan['head']
-        peers = dict((node['host'], node['rail_addresses'][rail]) for node in plan['nodes'] if node['host'] != head)
-        return {'address': plan['mp_master']['address'], 'port': int(plan['mp_master']['port']), 'peers': peers}
+        peers = dict((node['host'], node['rail_addresses'][rail]) for node in plan['nodes'] if node['host'] != plan['head'])
+        return {'address': master['address'], 'port': int(master['port']), 'peers': peers}
     except (KeyError, IndexError, TypeError) as exc:
         raise VllmArgsError('executor_rendezvous: the plan lacks %s (a plan of dgxspark.cluster.cluster_plan has it)' % exc) from exc

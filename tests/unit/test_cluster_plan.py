@@ -54,15 +54,28 @@ def seed000_plan():
 
 # ---------------------------------------------------------------- seed 000 plan figures
 
-@pytest.mark.parametrize('rank, host, role, rail1, rail2', [
-    (0, 'spark-alpha', 'head', '192.168.100.10', '192.168.101.10'),
-    (1, 'spark-beta', 'worker', '192.168.100.11', '192.168.101.11'),
-    (2, 'spark-gamma', 'worker', '192.168.100.12', '192.168.101.12'),
-    (3, 'spark-delta', 'worker', '192.168.100.13', '192.168.101.13'),
+@pytest.mark.parametrize('rank, host, role, rail1, rail2, runs', [
+    (0, 'spark-alpha', 'head', '192.168.100.10', '192.168.101.10', ['ray', 'vllm']),
+    (1, 'spark-beta', 'worker', '192.168.100.11', '192.168.101.11', ['ray']),
+    (2, 'spark-gamma', 'worker', '192.168.100.12', '192.168.101.12', ['ray']),
+    (3, 'spark-delta', 'worker', '192.168.100.13', '192.168.101.13', ['ray']),
 ])
-def test_seed000_nodes(rank, host, role, rail1, rail2):
+def test_seed000_nodes(rank, host, role, rail1, rail2, runs):
     node = seed000_plan()['nodes'][rank]
-    assert node == {'host': host, 'rank': rank, 'role': role, 'rail_addresses': {'rail1': rail1, 'rail2': rail2}}
+    assert node == {'host': host, 'rank': rank, 'role': role, 'rail_addresses': {'rail1': rail1, 'rail2': rail2}, 'runs': runs}
+
+
+@pytest.mark.parametrize('backend, head, worker, mp_master', [
+    # Ray's container on every node, vLLM's engine on the head; no rendezvous of vLLM's own.
+    ('ray', ['ray', 'vllm'], ['ray'], None),
+    # vLLM's own multi-node backend: a vLLM rank on every node, meeting rank 0 at the head's rail-1 address.
+    ('mp', ['vllm'], ['vllm'], {'address': '192.168.100.10', 'port': 29501}),
+])
+def test_the_backend_decides_which_containers_each_node_runs(backend, head, worker, mp_master):
+    groups, hostvars = cluster(dgxspark_executor_backend=backend)
+    plan = cp.build_plan(groups, hostvars, PROFILES)
+    assert [node['runs'] for node in plan['nodes']] == [head, worker, worker, worker]
+    assert plan['mp_master'] == mp_master
 
 
 def test_seed000_summary():

@@ -14,8 +14,12 @@ from ansible_collections.dgxspark.cluster.plugins.plugin_utils.monitoring_config
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROMTOOL = os.path.join(HERE, "..", "..", ".cache", "prometheus-deb", "usr", "bin", "promtool")
+# Made by playbooks/plan.yml for inventories/4node with deploy-397b.yml's presets (Ray), and with
+# -e dgxspark_executor_backend=mp: the plan as every role reads it (dgxspark_plan_result.plan, to_nice_json).
 with open(os.path.join(HERE, "fixtures", "plan_4node.json"), encoding="utf-8") as _handle:
     PLAN = json.load(_handle)
+with open(os.path.join(HERE, "fixtures", "plan_4node_mp.json"), encoding="utf-8") as _handle:
+    MP_PLAN = json.load(_handle)
 SCRAPE = {"scrape_interval_s": "15", "evaluation_interval_s": 15, "node_exporter_port": 9100, "vllm_port": "8000",
           "ray_metrics_port": 6384, "scrape_ray": True, "api_key_file": "/etc/prometheus/dgxspark_vllm_api_key",
           "rules_files": ["/etc/prometheus/rules/dgxspark_alerts.rules.yml"], "cluster": "spark-4node"}
@@ -47,7 +51,7 @@ def test_every_node_the_engine_and_every_rank_are_scraped_over_rail_1_with_their
 @pytest.mark.parametrize("settings, plan", [
     (dict(SCRAPE, scrape_ray=False), PLAN),
     # vLLM's own multi-node backend runs no Ray: nothing to scrape there, whatever scrape_ray says.
-    (SCRAPE, dict(PLAN, executor_backend="mp")),
+    (SCRAPE, MP_PLAN),
 ])
 def test_without_ray_metrics_or_without_ray_no_ray_job(settings, plan):
     config = prometheus_config(plan, settings)
@@ -80,9 +84,6 @@ def test_bad_settings_or_plan_are_refused_with_what_is_wrong(change, message):
     change(settings, plan)
     with pytest.raises(MonitoringConfigError, match=message):
         prometheus_config(plan, settings)
-
-
-MP_PLAN = dict(PLAN, executor_backend="mp")
 
 
 @pytest.mark.parametrize("host, plan, settings, containers, report, floor_bytes", [

@@ -62,3 +62,52 @@ def test_every_playbook_that_reads_the_plan_imports_it():
         if os.path.basename(path) != 'plan.yml' and reads and not any(p in text for p in planning):
             missing.append(os.path.basename(path))
     assert missing == []
+
+
+# The executor backend is asked only where behaviour differs, each time of the plan: which containers each node runs
+# (cluster_plan.serving_kinds), vLLM's own options for it (vllm_args.executor), the inputs each backend refuses
+# (role_inputs.backend_problems), and a rollback to a release of the other backend (release_rollback.yml, rollback.yml).
+# Every other role, playbook and plugin reads what the plan derived: nodes[].runs, serving.release_containers,
+# serving.node_container, serving.rendezvous, the containers it made.
+BACKEND_QUESTION = re.compile(r"""executor_backend\b[^\n=!]{0,20}[!=]=|[!=]=\s*[\w.'"\[\]]*executor_backend\b"""
+                              r"""|\bbackend\s*[!=]=\s*['"](?:mp|ray)['"]|\bmp\b['"\]]*\s*[!=]=|[!=]=\s*['"]mp['"]""")
+BACKEND_ASKED = {
+    'plugins/plugin_utils/cluster_plan.py': 1,
+    'plugins/plugin_utils/vllm_args.py': 1,
+    'plugins/plugin_utils/role_inputs.py': 1,
+    'playbooks/tasks/release_rollback.yml': 1,
+    'playbooks/rollback.yml': 1,
+}
+
+
+@pytest.mark.parametrize('text, found', [
+    ("    if plan['executor_backend'] == 'ray':", True),
+    ("_mp: \"{{ _vllm_container_plan.executor_backend == 'mp' }}\"", True),
+    ("  when: _backend != dgxspark_plan.executor_backend", True),
+    ("    ray = plan.get('executor_backend', 'ray') == 'ray'", True),
+    ("    if backend == 'mp':", True),
+    ("    mp = values['dgxspark_executor_backend'] == 'mp'", True),
+    ("    if options['distributed_executor_backend'] == 'ray':", True),
+    ("    ray = 'ray' in node['runs']", False),
+    ("        'executor_backend': values['dgxspark_executor_backend'],", False),
+    ("_ray_cluster_runs: \"{{ _ray_cluster_spec is not none }}\"", False),
+])
+def test_the_backend_question_pattern(text, found):
+    assert bool(BACKEND_QUESTION.search(text)) is found
+
+
+def test_the_backend_is_asked_only_where_behaviour_differs():
+    asked = {}
+    for top in ('roles', 'playbooks', 'plugins'):
+        for dirpath, _dirs, files in os.walk(os.path.join(REPO, top)):
+            for name in files:
+                if not name.endswith(('.py', '.yml', '.yaml', '.j2')) or dirpath.endswith(os.path.join('plugins', 'filter')) and name.endswith('.yml'):
+                    continue  # a filter's .yml is its documentation
+                path = os.path.join(dirpath, name)
+                with open(path, encoding='utf-8') as handle:
+                    lines = [line for line in handle if not line.lstrip().startswith('#') and BACKEND_QUESTION.search(line)]
+                if lines:
+                    asked[os.path.relpath(path, REPO)] = len(lines)
+    assert asked == BACKEND_ASKED, ('read what the plan derived from the backend (nodes[].runs, serving.release_containers, '
+                                    'serving.rendezvous) instead of asking it again')
+    assert sum(asked.values()) <= 6

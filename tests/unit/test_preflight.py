@@ -5,11 +5,12 @@ import copy
 import pytest
 
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils import preflight
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.cluster_plan import serving_kinds
 
 HOSTS = ['spark-alpha', 'spark-beta', 'spark-gamma', 'spark-delta']
 PLAN = {
     'head': 'spark-alpha',
-    'nodes': [{'host': h, 'rank': i} for i, h in enumerate(HOSTS)],
+    'nodes': [{'host': h, 'rank': i, 'runs': serving_kinds('ray', i)} for i, h in enumerate(HOSTS)],
     'rails': [{'name': 'rail1', 'interface': 'enp1s0f1np1', 'subnet': '192.168.100.0/24'},
               {'name': 'rail2', 'interface': 'enP2p1s0f1np1', 'subnet': '192.168.101.0/24'}],
     'mtu': 9000,
@@ -17,6 +18,13 @@ PLAN = {
     'memory': {'budget_gib': 103.4, 'node_memory_gib': 121.7},
     'variables': {'dgxspark_node_memory_gib': 121.7},
 }
+
+
+def with_backend(backend):
+    """PLAN with the containers each node runs under ``backend`` (the plan's nodes[].runs)."""
+    return dict(PLAN, nodes=[dict(node, runs=serving_kinds(backend, node['rank'])) for node in PLAN['nodes']])
+
+
 EXPECT = {'image': 'vllm/vllm-openai:v0.33.0', 'ports': {6379: 'Ray gcs', 8000: 'vLLM API'},
           'own_containers': ['dgxspark-ray', 'dgxspark-vllm'], 'link_speed_mbps': 200000}
 GIB = 1024 * 1024
@@ -218,7 +226,7 @@ def without_ray(node):
     ('mp', [], 'vLLM 0.33.0'),
 ])
 def test_an_image_without_ray_serves_only_vllm_s_own_multi_node_backend(backend, problems, row):
-    plan = dict(PLAN, executor_backend=backend)
+    plan = with_backend(backend)
     report = preflight.evaluate(plan, EXPECT, nodes(**dict((h.replace('-', '_'), without_ray) for h in HOSTS)))
     assert len(report['problems']) == (4 if problems else 0), report['problems']
     for fragment in problems:
@@ -230,7 +238,7 @@ def test_an_image_without_ray_serves_only_vllm_s_own_multi_node_backend(backend,
 def test_an_image_without_vllm_is_refused_with_either_backend():
     def without_vllm(node):
         node['image'].update(vllm_version='', errors=['vllm --version in sha256:%s exited 127: not found' % ('c' * 64)])
-    report = preflight.evaluate(dict(PLAN, executor_backend='mp'), EXPECT, nodes(spark_alpha=without_vllm))
+    report = preflight.evaluate(with_backend('mp'), EXPECT, nodes(spark_alpha=without_vllm))
     assert report['problems'][0].startswith('spark-alpha: image: found vllm --version in sha256:')
     assert 'use a serving image with vLLM (dgxspark_serving_image)' in report['problems'][0]
 

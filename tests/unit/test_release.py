@@ -255,7 +255,7 @@ def test_status_line(observed, line):
 
 
 def test_the_status_table_ends_with_the_release_line():
-    plan = {"head": "spark-alpha", "nodes": [{"host": "spark-alpha", "rank": 0, "role": "head"}]}
+    plan = {"head": "spark-alpha", "nodes": [{"host": "spark-alpha", "rank": 0, "role": "head", "runs": ["ray", "vllm"]}]}
     status = build_serving_status(plan, {}, release=_observed(_history("r2", "r1")))
     assert status["table"][-1].startswith("release: r2 deployed T-r2")
     assert not any("release" in p for p in status["problems"])

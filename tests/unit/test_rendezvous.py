@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Who joined rank 0's rendezvous under mp (module_utils/rendezvous.py, the executor_rendezvous filter, serving_probe's
+"""Who joined rank 0's rendezvous under mp (module_utils/rendezvous.py, the plan's serving.rendezvous, serving_probe's
 read and the vllm_ready action's use of it): over the real socket tables of the lab's head while its four ranks were
 up (fixtures/rendezvous, /proc/net/tcp and tcp6 of spark-alpha, vLLM 0.32 CPU, --master-port 29501), and those tables
 with a rank's line taken out (a rank that never connected), or every rendezvous line (rank 0 not listening yet)."""
@@ -11,9 +11,8 @@ import pathlib
 
 import pytest
 
-from ansible.errors import AnsibleFilterError
-from ansible_collections.dgxspark.cluster.plugins.filter.vllm_args import FilterModule
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils import cluster_plan as cp
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.vllm_args import VllmArgsError, executor_rendezvous
 from ansible_collections.dgxspark.cluster.plugins.module_utils.rendezvous import (
     RendezvousError,
     RendezvousWatch,
@@ -136,11 +135,11 @@ def test_serving_probe_reads_the_tables_it_is_given_and_skips_a_missing_one(tmp_
 def test_the_plan_gives_the_rendezvous_and_each_rank_s_rail_1_address(backend, expected):
     groups, hostvars = cluster(dgxspark_executor_backend=backend)
     plan = cp.build_plan(groups, hostvars, PROFILES)
-    assert FilterModule().filters()['executor_rendezvous'](plan) == expected
+    assert executor_rendezvous(plan) == expected
 
 
-def test_a_plan_without_its_rails_is_refused_by_the_filter():
+def test_a_plan_without_its_rails_is_refused():
     groups, hostvars = cluster(dgxspark_executor_backend='mp')
     plan = dict(cp.build_plan(groups, hostvars, PROFILES), rails=[])
-    with pytest.raises(AnsibleFilterError, match='executor_rendezvous: the plan lacks'):
-        FilterModule().filters()['executor_rendezvous'](plan)
+    with pytest.raises(VllmArgsError, match='executor_rendezvous: the plan lacks'):
+        executor_rendezvous(plan)

@@ -13,6 +13,7 @@ import pytest
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.dgxspark.cluster.plugins.filter.serving_status import FilterModule
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.cluster_plan import serving_kinds
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils.ray_membership import ray_membership
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils.serving_status import ServingStatusError, build_serving_status
 from ansible_collections.dgxspark.cluster.plugins.module_utils.vllm_progress import container_state, first_exceptions, missing_container
@@ -33,7 +34,7 @@ def plan():
     return {
         'head': 'spark-alpha',
         'hf_repo': 'Qwen/Qwen3-235B-A22B-FP8',
-        'nodes': [{'host': HOSTS[i], 'rank': i, 'role': 'head' if i == 0 else 'worker',
+        'nodes': [{'host': HOSTS[i], 'rank': i, 'role': 'head' if i == 0 else 'worker', 'runs': serving_kinds('ray', i),
                    'rail_addresses': {'rail1': '192.168.100.%d' % (10 + i), 'rail2': '192.168.101.%d' % (10 + i)}} for i in range(4)],
         'rails': [{'name': 'rail1', 'interface': 'enp1s0f1np1'}, {'name': 'rail2', 'interface': 'enP2p1s0f1np1'}],
     }
@@ -371,7 +372,8 @@ def test_firewall_must_be_a_mapping():
 # ---------------------------------------------------------------- vLLM's own multi-node backend (issue 23)
 
 def mp_status(**changes):
-    mp_plan = dict(plan(), executor_backend='mp', mp_master={'address': '192.168.100.10', 'port': 29501})
+    mp_plan = dict(plan(), mp_master={'address': '192.168.100.10', 'port': 29501})
+    mp_plan['nodes'] = [dict(node, runs=serving_kinds('mp', node['rank'])) for node in mp_plan['nodes']]
     probes = dict((h, ray_probe(name='dgxspark-vllm')) for h in HOSTS)
     for host, probe in changes.items():
         probes[host.replace('_', '-')] = probe

@@ -16,8 +16,12 @@ _SPEC = importlib.util.spec_from_file_location(
 core = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(core)
 
+# Made by playbooks/plan.yml for inventories/4node with deploy-397b.yml's presets (Ray), and with
+# -e dgxspark_executor_backend=mp: the plan as every role reads it (dgxspark_plan_result.plan, to_nice_json).
 with open(os.path.join(HERE, "fixtures", "plan_4node.json"), encoding="utf-8") as _handle:
     PLAN = json.load(_handle)
+with open(os.path.join(HERE, "fixtures", "plan_4node_mp.json"), encoding="utf-8") as _handle:
+    MP_PLAN = json.load(_handle)
 SETTINGS = {"rank_container": "dgxspark-ray", "engine_container": "dgxspark-vllm", "interval_s": "30", "deadline_s": 30,
             "failures_to_restart": 3, "grace_s": 3600, "stall_s": 900, "frozen_s": 300, "budget_restarts": 3, "budget_window_s": 3600,
             "memory_wait_s": 600, "memory_needed_gib": None, "url": "http://127.0.0.1:8000",
@@ -76,7 +80,7 @@ def test_the_node_command_touches_the_node_s_own_containers_only(host, container
 
 
 def test_with_mp_the_group_is_the_headless_ranks_then_rank_0_and_the_core_accepts_it():
-    config = supervisor_config(_plan(executor_backend="mp"), SETTINGS)
+    config = supervisor_config(MP_PLAN, SETTINGS)
     assert config["group"] == [
         {"node": "spark-beta", "container": "dgxspark-vllm"}, {"node": "spark-gamma", "container": "dgxspark-vllm"},
         {"node": "spark-delta", "container": "dgxspark-vllm"}, {"node": "spark-alpha", "container": "dgxspark-vllm", "engine": True}]
@@ -86,4 +90,4 @@ def test_with_mp_the_group_is_the_headless_ranks_then_rank_0_and_the_core_accept
 @pytest.mark.parametrize("host", ["spark-alpha", "spark-delta"])
 def test_with_mp_the_node_command_touches_the_node_s_vllm_rank_only(host):
     settings = dict(SETTINGS, meminfo="/proc/meminfo", stop_timeout_s="30")
-    assert node_ctl_config(host, _plan(executor_backend="mp"), settings)["containers"] == ["dgxspark-vllm"]
+    assert node_ctl_config(host, MP_PLAN, settings)["containers"] == ["dgxspark-vllm"]

@@ -16,8 +16,7 @@ from ansible_collections.dgxspark.cluster.plugins.filter.vllm_args import Filter
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils.vllm_args import (
     LIST_STYLES,
     VllmArgsError,
-    executor_environment,
-    executor_options,
+    executor,
     normalize_option,
     vllm_argv,
 )
@@ -306,12 +305,12 @@ def test_filter_raises_ansible_filter_error(options, list_style, fragments):
         assert fragment in str(exc.value)
 
 
-# ---------------------------------------------------------------- executor_options (issue 23)
+# ---------------------------------------------------------------- executor (issue 23)
 
 def four_node_plan(backend, port=29501):
     nodes = [{'host': host, 'rank': rank, 'rail_addresses': {'rail1': '192.168.100.%d' % (10 + rank)}}
              for rank, host in enumerate(['spark-alpha', 'spark-beta', 'spark-gamma', 'spark-delta'])]
-    return {'executor_backend': backend, 'nodes': nodes,
+    return {'executor_backend': backend, 'nodes': nodes, 'gpus': 4,
             'mp_master': {'address': '192.168.100.10', 'port': port} if backend == 'mp' else None}
 
 
@@ -323,12 +322,12 @@ def four_node_plan(backend, port=29501):
                            '--master-port', '29501', '--nnodes', '4', '--node-rank', '2']),
 ])
 def test_the_executor_backend_gives_each_rank_its_options(backend, host, argv):
-    assert vllm_args(executor_options(four_node_plan(backend), host)) == argv
+    assert vllm_args(executor(four_node_plan(backend), host)[0]) == argv
 
 
 def test_a_host_outside_the_plan_has_no_rank():
     with pytest.raises(VllmArgsError, match='spark-omega is not a node of the plan'):
-        executor_options(four_node_plan('mp'), 'spark-omega')
+        executor(four_node_plan('mp'), 'spark-omega')
 
 
 @pytest.mark.parametrize('backend, host, env', [
@@ -337,5 +336,4 @@ def test_a_host_outside_the_plan_has_no_rank():
     ('mp', 'spark-delta', {'DGXSPARK_EXECUTOR': 'mp', 'DGXSPARK_RANK_WATCH': '192.168.100.10:29501'}),
 ])
 def test_the_start_script_knows_the_backend_and_a_headless_rank_its_rendezvous(backend, host, env):
-    plan = dict(four_node_plan(backend), gpus=4)
-    assert executor_environment(plan, host) == env
+    assert executor(four_node_plan(backend), host)[1] == env
