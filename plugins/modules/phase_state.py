@@ -99,6 +99,11 @@ stamp_path:
   description: The stamp's path on the node.
   returned: always
   type: str
+inputs_digest:
+  description: The O(inputs_digest) it was given, so that the task that records the phase records the digest this check
+    compared (computed once, before the phase's roles ran).
+  returned: always
+  type: str
 """
 
 import hashlib
@@ -228,7 +233,8 @@ def main():
     observed = observe(module, watch)
     stamp = read_stamp(path)
     converged, reason = compare(stamp, phase, params['inputs_digest'], observed)
-    result = dict(changed=False, converged=converged, reason=reason, observed=observed, stamp_path=path)
+    result = dict(changed=False, converged=converged, reason=reason, observed=observed, stamp_path=path,
+                  inputs_digest=params['inputs_digest'])
     if params['state'] == 'recorded':
         result['converged'] = False
         if not converged:
