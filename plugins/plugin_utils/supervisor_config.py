@@ -59,7 +59,7 @@ def supervisor_config(plan, settings):
     group.append({'node': plan['head'], 'container': settings['engine_container'], 'engine': True})
     config = dict((key, settings[key]) for key in ('url', 'api_key_file', 'model', 'state_dir', 'node_ctl', 'ssh'))
     for key in ('interval_s', 'deadline_s', 'failures_to_restart', 'grace_s', 'stall_s', 'frozen_s', 'budget_restarts',
-                'budget_window_s', 'memory_wait_s'):
+                'budget_window_s', 'memory_wait_s', 'crash_budget_restarts', 'crash_backoff_s', 'crash_backoff_max_s'):
         try:
             config[key] = int(settings[key])
         except (TypeError, ValueError):

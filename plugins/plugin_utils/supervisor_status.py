@@ -62,6 +62,10 @@ def supervisor_status(report, now, expected=True, head='the head', paused=None):
     budget = '%d restart%s of %d in the last %s (%d left)' % (
         len(restarts), '' if len(restarts) == 1 else 's', report.get('budget_restarts', 0),
         _ago(report.get('budget_window_s', 0)), report.get('budget_left', 0))
+    crashes = report.get('crashes') or []
+    if crashes:  # restarts after the engine had served, in a budget of their own (a supervisor of before has none)
+        budget += '; %d after serving of %d (%d left)' % (
+            len(crashes), report.get('crash_budget_restarts', 0), report.get('crash_budget_left', 0))
     since = 'since %s' % _stamp(report['since']) if report.get('since') else ''
     line = 'supervisor: %s %s; %s; %s' % (phase, since, _probe_text(report.get('last_probe'), now), budget)
     age = now - report.get('time', 0)
@@ -86,9 +90,10 @@ def supervisor_status(report, now, expected=True, head='the head', paused=None):
     elif phase == 'serving' and report.get('last_probe') and not report['last_probe'].get('ok'):
         problems.append('The supervisor\'s last probe got no token: %s (%s).' % (
             report['last_probe'].get('error') or 'unknown', report.get('reason', '')))
-    if restarts and phase in ('serving', 'starting'):
-        count = len(restarts)
+    if (restarts or crashes) and phase in ('serving', 'starting'):
+        count = len(restarts) + len(crashes)
         notes.append('The supervisor restarted the group %d time%s in the last %s (last: %s); `journalctl -u '
                      'dgxspark-supervisor` on %s says why.'
-                     % (count, '' if count == 1 else 's', _ago(report.get('budget_window_s', 0)), _stamp(restarts[-1]), head))
+                     % (count, '' if count == 1 else 's', _ago(report.get('budget_window_s', 0)),
+                        _stamp(max(restarts + crashes)), head))
     return line, problems, notes

@@ -24,6 +24,7 @@ with open(os.path.join(HERE, "fixtures", "plan_4node_mp.json"), encoding="utf-8"
     MP_PLAN = json.load(_handle)
 SETTINGS = {"rank_container": "dgxspark-ray", "engine_container": "dgxspark-vllm", "interval_s": "30", "deadline_s": 30,
             "failures_to_restart": 3, "grace_s": 3600, "stall_s": 900, "frozen_s": 300, "budget_restarts": 3, "budget_window_s": 3600,
+            "crash_budget_restarts": 10, "crash_backoff_s": 30, "crash_backoff_max_s": 600,
             "memory_wait_s": 600, "memory_needed_gib": None, "url": "http://127.0.0.1:8000",
             "api_key_file": "/etc/dgxspark/secrets/vllm_api_key", "model": "Qwen/Qwen3.5-397B-A17B-FP8",
             "state_dir": "/var/lib/dgxspark/supervisor", "node_ctl": "/usr/local/lib/dgxspark/supervisor/dgxspark_node_ctl.py",

@@ -1,6 +1,7 @@
 """The supervisor's decisions (roles/supervisor/files/dgxspark_supervisor_core.py), as scenarios: what the service saw at
 each look, and what the supervisor must do. Figures are those of the role's defaults (interval 30 s, 3 probes, grace
-3600 s, stall 900 s, budget 3 in 3600 s, memory wait 600 s)."""
+3600 s, stall 900 s, budget 3 in 3600 s, memory wait 600 s; after serving, 10 crashes in 3600 s, backoff from 30 s to
+600 s)."""
 import importlib.util
 import os
 
@@ -18,6 +19,7 @@ GROUP = [{"node": "spark-alpha", "container": "dgxspark-ray"}, {"node": "spark-b
          {"node": "spark-alpha", "container": "dgxspark-vllm", "engine": True}]
 CONFIG = {"interval_s": 30, "deadline_s": 30, "failures_to_restart": 3, "grace_s": 3600, "stall_s": 900, "frozen_s": 300,
           "budget_restarts": 3, "budget_window_s": 3600, "memory_wait_s": 600,
+          "crash_budget_restarts": 10, "crash_backoff_s": 30, "crash_backoff_max_s": 600,
           "memory_needed_kib": {"spark-alpha": 100 * GIB, "spark-beta": 90 * GIB}, "group": GROUP}
 OK = {"ok": True, "latency_s": 0.2, "error": ""}
 NO_TOKEN = {"ok": False, "latency_s": 30.0, "error": "no answer within 30 s"}
@@ -67,7 +69,7 @@ def run(looks, state=None, config=None):
         kinds = [action[0]] if action else []
         if action and action[0] == "stop":
             state, action = core.decide(config, state, stopped_group(seen))
-            kinds.append(action[0])
+            kinds += [action[0]] if action else []  # none while a backoff runs
         if action and action[0] == "start":
             engine_started_at = "restart-at-%d" % seen["now"]
             state = core.restarted(state, engine_started_at)
@@ -166,7 +168,8 @@ def test_no_restart_into_memory_that_is_not_there_then_restart_when_it_is_back()
                         look(120, None, stopped=stopped)])
     assert trace == [("serving", None), ("restarting", "stop+wait_memory"), ("restarting", "wait_memory"),
                      ("starting", "start")]
-    assert state["restarts"] == [60] and state["engine_started_at"] == "restart-at-120"
+    # It had served: the restart is a crash's (the crash budget), not a start-up's.
+    assert state["crashes"] == [60] and state["restarts"] == [] and state["engine_started_at"] == "restart-at-120"
 
 
 def test_memory_that_does_not_come_back_gives_up_naming_the_node_and_both_figures():
@@ -233,6 +236,9 @@ def test_the_last_probe_is_kept_for_the_report():
     ({"frozen_s": 0}, "frozen_s must be a number above 0, got 0"),
     ({"budget_restarts": -1}, "budget_restarts must be an integer of 0 or more, got -1"),
     ({"budget_restarts": True}, "budget_restarts must be an integer of 0 or more, got True"),
+    ({"crash_budget_restarts": -2}, "crash_budget_restarts must be an integer of 0 or more, got -2"),
+    ({"crash_backoff_s": 0}, "crash_backoff_s must be a number above 0, got 0"),
+    ({"crash_backoff_max_s": "10m"}, "crash_backoff_max_s must be a number above 0, got '10m'"),
     ({"group": []}, "group must list the containers to restart, in start order"),
     ({"group": GROUP[:2]}, "group must end with its one engine container (engine: true)"),
     ({"group": [GROUP[2]] + GROUP[:2]}, "group must end with its one engine container (engine: true)"),
@@ -269,3 +275,84 @@ def test_a_probe_that_waited_behind_a_busy_engine_says_so():
     assert state["failures"] == 0
     assert state["reason"] == ("the probe got no token in time (no answer within 30 s), but the engine generated 64 tokens "
                                "since the last look (8 requests running, 20 waiting): busy, not hung")
+
+
+# ---------------------------------------------------------------- crashes after serving (issue 50, item 11)
+# One ordinary request killed the lab's engine (POST /v1/completions with logprobs: EngineDeadError, exit code 0,
+# tests/unit/fixtures/supervisor/vllm_0.32_cpu_engine_dead_after_logprobs.log): three of them in an hour spent the
+# restart budget, which is there for start-up loops, and the cluster stayed dark.
+
+def served_crash(now):
+    """The engine, which had served, stopped: its API logged the request before."""
+    seen = look(now, None, stopped=[("spark-alpha", "dgxspark-vllm")], exit_code=0)
+    seen["nodes"]["spark-alpha"]["containers"]["dgxspark-vllm"]["last_request"] = {
+        "time": "2026-12-06T03:33:04Z", "method": "POST", "path": "/v1/completions", "status": 500, "client": "172.31.240.1"}
+    return seen
+
+
+@pytest.mark.parametrize("crashes, backoff", [(0, 0), (1, 30), (2, 60), (3, 120), (5, 480), (6, 600), (12, 600)])
+def test_the_backoff_doubles_from_the_second_crash_up_to_its_ceiling(crashes, backoff):
+    assert core.crash_backoff_s(CONFIG, crashes) == backoff
+
+
+def test_crashes_after_serving_restart_with_a_growing_backoff_beyond_the_restart_budget():
+    looks, expected = [look(30)], [("serving", None)]
+    now = 30
+    for backoff in (0, 30, 60, 120):
+        now += 30
+        looks.append(served_crash(now))
+        if backoff:
+            expected.append(("restarting", "stop"))  # stopped, not started before the backoff's end
+            looks.append(look(now + backoff - 5, None, stopped=[("spark-alpha", "dgxspark-vllm")]))
+            expected.append(("restarting", None))
+            now += backoff
+            looks.append(look(now, None, stopped=[("spark-alpha", "dgxspark-vllm")]))
+            expected.append(("starting", "start"))
+        else:
+            expected.append(RESTARTED)
+        now += 30
+        looks.append(look(now))  # it serves again
+        expected.append(("serving", None))
+    trace, state = run(looks)
+    assert trace == expected
+    assert len(state["crashes"]) == 4 and state["restarts"] == []  # the restart budget (3) is untouched
+
+
+def test_the_crash_names_the_request_before_it_and_the_backoff():
+    _trace, state = run([look(30), served_crash(60), look(90), served_crash(120)])
+    assert state["last_problem"] == (
+        "container dgxspark-vllm on spark-alpha is not running (exit code 0); the last request its API logged: POST "
+        "/v1/completions from 172.31.240.1 at 2026-12-06T03:33:04Z, answered 500")
+    seen = served_crash(150)
+    state, action = core.decide(CONFIG, dict(state, phase="serving", serving_since=125), seen)
+    assert action == ("stop", state["last_problem"] + " (after serving: crash 3 of 10 in 3600 s, the group starts again in 60 s)")
+
+
+def test_the_crash_budget_spent_gives_up_and_says_which_budget():
+    config = dict(CONFIG, crash_budget_restarts=2, crash_backoff_s=1, crash_backoff_max_s=1)
+    looks = [look(30), served_crash(60), look(90), served_crash(120), look(121, None, stopped=[("spark-alpha", "dgxspark-vllm")]),
+             look(150), served_crash(180)]
+    trace, state = run(looks, config=config)
+    assert trace[-1] == ("gave_up", "give_up")
+    assert state["reason"].startswith("the crash budget (restarts after the engine had served) is spent (2 restarts in 3600 s)")
+
+
+def test_a_crash_before_the_engine_served_still_counts_in_the_restart_budget():
+    trace, state = run([look(30), served_crash(60), served_crash(90), served_crash(120), served_crash(150), served_crash(180)])
+    # The first crash came after serving; the next ones came before the restarted engine answered a probe.
+    assert trace == [("serving", None)] + [RESTARTED] * 4 + [("gave_up", "give_up")]
+    assert state["crashes"] == [60] and state["restarts"] == [90, 120, 150]
+    assert state["reason"].startswith("the restart budget is spent (3 restarts")
+
+
+def test_the_memory_wait_counts_from_the_backoff_s_end():
+    short = {"spark-beta": 10 * GIB}
+    stopped = [("spark-alpha", "dgxspark-vllm")]
+    trace, state = run([look(30), served_crash(60), look(90), served_crash(120)])
+    assert state["phase"] == "restarting" and state["start_after"] == 150
+    trace, state = run([look(30), served_crash(60), look(90), served_crash(120), look(140, None, stopped=stopped, mem=short),
+                        look(150, None, stopped=stopped, mem=short), look(140 + 600, None, stopped=stopped, mem=short),
+                        look(150 + 600, None, stopped=stopped, mem=short)])
+    # In the backoff nothing is asked of memory; then it waits for it 600 s from the backoff's end, not from the stop.
+    assert trace[-4:] == [("restarting", None), ("restarting", "wait_memory"), ("restarting", "wait_memory"),
+                          ("gave_up", "give_up")]

@@ -151,6 +151,29 @@ def test_docker_timestamps(text, seconds):
     assert node_ctl.stamp_seconds(text) == (pytest.approx(seconds) if seconds else None)
 
 
+DEAD_ENGINE_LOG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "supervisor",
+                               "vllm_0.32_cpu_engine_dead_after_logprobs.log")
+
+
+def _dead_engine_lines():
+    with open(DEAD_ENGINE_LOG, encoding="utf-8") as handle:
+        return handle.read().splitlines()
+
+
+@pytest.mark.parametrize("lines, expected", [
+    # The lab's engine killed by one request (recorded): the 500 it answered, not the shutdown lines after it.
+    (_dead_engine_lines(), {"time": "2026-12-06T03:33:04Z", "method": "POST", "path": "/v1/completions", "status": 500,
+                            "client": "172.31.240.1"}),
+    # Before it, the last request is the supervisor's own probe; the scrapes of /metrics after it do not count.
+    (_dead_engine_lines()[:7], {"time": "2026-12-06T03:33:00Z", "method": "POST", "path": "/v1/completions", "status": 200,
+                                "client": "127.0.0.1"}),
+    ([line for line in _dead_engine_lines() if "/v1/" not in line], None),
+    ([], None),
+])
+def test_the_last_request_the_api_logged(lines, expected):
+    assert node_ctl.last_request(lines) == expected
+
+
 def test_container_view_and_meminfo_from_real_output_shapes():
     inspected = {"RestartCount": 2,
                  "State": {"Status": "exited", "Running": False, "ExitCode": 0, "StartedAt": "2026-11-27T02:00:00.5Z"}}
@@ -206,6 +229,7 @@ def group(tmp_path, engine_url, key_file):
     # over the 20 s a look gets by default, and the node counted as unreachable; the simulated nodes get 600 s.
     config = {"interval_s": 30, "deadline_s": 1.0, "look_timeout_s": 600, "failures_to_restart": 2, "grace_s": 60, "stall_s": 900,
               "frozen_s": 120, "budget_restarts": 2, "budget_window_s": 3600, "memory_wait_s": 600,
+              "crash_budget_restarts": 10, "crash_backoff_s": 30, "crash_backoff_max_s": 600,
               "memory_needed_kib": {"alpha": 100 * 1024 * 1024, "beta": 100 * 1024 * 1024},
               "group": [{"node": "alpha", "container": "ray"}, {"node": "beta", "container": "ray"},
                         {"node": "alpha", "container": "vllm", "engine": True}],
@@ -258,7 +282,8 @@ def test_an_engine_that_exited_restarts_the_whole_group_in_order(group):
     assert group.step()[0] == "start"
     assert acts(group) == ["alpha stop vllm", "beta stop ray", "alpha stop ray",
                            "alpha start ray", "beta start ray", "alpha start vllm"]
-    assert group.state["engine_started_at"] == "start-3" and group.state["restarts"] == [1030.0]
+    # It had served: a crash after serving, in the crash budget.
+    assert group.state["engine_started_at"] == "start-3" and group.state["crashes"] == [1030.0] and group.state["restarts"] == []
     assert "restarting the group: container vllm on alpha is not running (exit code 0)" in group.out_text()
 
 

@@ -16,6 +16,7 @@ def report(**changes):
     base = {"time": NOW - 5, "phase": "serving", "since": NOW - 600, "paused_by": "", "reason": "",
             "last_probe": {"ok": True, "latency_s": 0.21, "error": "", "time": NOW - 5}, "serving_since": NOW - 590,
             "interval_s": 10, "restarts": [], "budget_restarts": 3, "budget_window_s": 3600, "budget_left": 3,
+            "crashes": [], "crash_budget_restarts": 10, "crash_budget_left": 10, "start_after": None,
             "memory_short": {}, "nodes": {}, "messages": []}
     base.update(changes)
     return base
@@ -26,6 +27,13 @@ def test_a_serving_supervisor_is_one_line_and_no_problem():
     assert line == ("supervisor: serving since 2026-11-27 02:21:13Z; last probe 5 s ago, 0.21 s, ok; 0 restarts of 3 in "
                     "the last 60 min (3 left)")
     assert (problems, notes) == ([], [])
+
+
+def test_crashes_after_serving_are_counted_apart_and_noted():
+    line, problems, notes = supervisor_status(report(crashes=[NOW - 900, NOW - 200], crash_budget_left=8), NOW)
+    assert line.endswith("0 restarts of 3 in the last 60 min (3 left); 2 after serving of 10 (8 left)") and problems == []
+    assert notes == ["The supervisor restarted the group 2 times in the last 60 min (last: 2026-11-27 02:27:53Z); "
+                     "`journalctl -u dgxspark-supervisor` on the head says why."]
 
 
 def test_restarts_that_healed_are_a_note():
@@ -90,6 +98,7 @@ def test_the_reports_here_have_the_keys_the_supervisor_writes():
     spec = importlib.util.spec_from_file_location("dgxspark_supervisor", os.path.join(files, "dgxspark_supervisor.py"))
     service = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(service)
-    config = {"interval_s": 10, "budget_restarts": 3, "budget_window_s": 3600, "state_dir": "/nonexistent", "group": []}
+    config = {"interval_s": 10, "budget_restarts": 3, "budget_window_s": 3600, "crash_budget_restarts": 10,
+              "state_dir": "/nonexistent", "group": []}
     written = service.Supervisor(config, clock=lambda: NOW).report()
     assert sorted(written) == sorted(report())

@@ -4,7 +4,8 @@ The forced command of the supervisor's SSH key on every node (authorized_keys: c
 the supervisor runs directly on the head. The request is SSH_ORIGINAL_COMMAND (or the arguments when run by hand):
 
     look           -> one JSON object: each configured container's state, exit code, start time and the age of its last
-                      log line; the node's MemAvailable (KiB) from the configured meminfo
+                      log line (of one that stopped, also the last request its API logged); the node's MemAvailable
+                      (KiB) from the configured meminfo
     stop NAME      -> docker stop NAME      (NAME: a configured container; anything else is refused)
     start NAME     -> docker start NAME
 
@@ -26,6 +27,12 @@ DOCKER = "docker"
 # Docker's RFC 3339 timestamps, to the second (the fraction and zone "Z" are dropped: Docker writes UTC).
 _STAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?Z")
 _COLOUR = re.compile(r"\x1b\[[0-9;]*m")  # vLLM colours its log lines
+# uvicorn's access line, as vLLM's API server logs it: 'INFO:     172.31.240.1:48900 - "POST /v1/completions HTTP/1.1" 500 ...'
+_ACCESS = re.compile(r'INFO:\s+(?P<client>\S+?):\d+ - "(?P<method>[A-Z]+) (?P<path>\S+) HTTP/[0-9.]+" (?P<status>\d{3})')
+# What the collection itself asks, never the request that took the engine down: its probes and Prometheus's scrapes.
+_OWN_PATHS = ("/health", "/metrics")
+# Log lines read back from a container that stopped, for its last request (the error's traceback comes after it).
+_LOG_LINES_READ = 400
 
 
 class Refused(Exception):
@@ -76,6 +83,19 @@ def container_view(inspected, last_log_line, now):
             "last_log_line": _COLOUR.sub("", text)[-300:]}
 
 
+def last_request(log_lines):
+    """The last request that the API logged ({time, method, path, status, client}) in `docker logs --timestamps` lines,
+    leaving out the collection's own /health and /metrics; None when there is none."""
+    for line in reversed(log_lines):
+        stamp, _space, text = line.partition(" ")
+        match = _ACCESS.search(_COLOUR.sub("", text))
+        if match and match.group("path").split("?")[0] not in _OWN_PATHS:
+            logged = _STAMP.match(stamp)
+            return {"time": (logged.group(1) + "Z") if logged else "?", "method": match.group("method"),
+                    "path": match.group("path"), "status": int(match.group("status")), "client": match.group("client")}
+    return None
+
+
 def _docker(*args, **kwargs):
     return subprocess.run((DOCKER,) + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
                           check=False, **kwargs)
@@ -88,9 +108,15 @@ def look(config, now=None):
         done = _docker("inspect", name)
         if done.returncode != 0:
             continue  # missing: the supervisor sees it absent
-        logs = _docker("logs", "--timestamps", "--tail", "1", name)
-        last = (logs.stdout.strip() or logs.stderr.strip()).splitlines()
-        containers[name] = container_view(json.loads(done.stdout)[0], last[-1] if last else "", now)
+        inspected = json.loads(done.stdout)[0]
+        running = bool((inspected.get("State") or {}).get("Running"))
+        # A container that stopped: enough of its log to name the request that preceded its end. Docker gives its
+        # stdout and stderr apart; their timestamps put them back in order.
+        logs = _docker("logs", "--timestamps", "--tail", "1" if running else str(_LOG_LINES_READ), name)
+        last = sorted(logs.stdout.splitlines() + logs.stderr.splitlines())
+        containers[name] = container_view(inspected, last[-1] if last else "", now)
+        if not running:
+            containers[name]["last_request"] = last_request(last)
     try:
         with open(config.get("meminfo", "/proc/meminfo")) as handle:
             available = mem_available_kib(handle.read())

@@ -227,8 +227,9 @@ class Supervisor(object):
             self.act_on_group("start")
             started = engine_view(self.config, look_nodes(self.config))
             self.state = core.restarted(self.state, started.get("started_at"))
-            self.say("group started again (%d restarts in the last %d s, budget %d)" % (
-                len(self.state["restarts"]), self.config["budget_window_s"], self.config["budget_restarts"]))
+            self.say("group started again (in the last %d s: %d restarts, budget %d; %d after serving, budget %d)" % (
+                self.config["budget_window_s"], len(self.state["restarts"]), self.config["budget_restarts"],
+                len(self.state["crashes"]), self.config["crash_budget_restarts"]))
         elif action and action[0] == "give_up":
             self.say_why_stopped(seen)
             self.act_on_group("stop")
@@ -252,6 +253,7 @@ class Supervisor(object):
 
     def report(self):
         recent = core.restarts_in_window(self.config, self.state, self.clock())
+        crashes = core.restarts_in_window(self.config, self.state, self.clock(), "crashes")
         nodes = dict((node, {"reachable": view.get("reachable"), "error": view.get("error", ""),
                              "mem_available_kib": view.get("mem_available_kib"),
                              "containers": view.get("containers", {})})
@@ -269,6 +271,9 @@ class Supervisor(object):
                 "restarts": recent, "budget_restarts": self.config["budget_restarts"],
                 "budget_window_s": self.config["budget_window_s"],
                 "budget_left": max(0, self.config["budget_restarts"] - len(recent)),
+                "crashes": crashes, "crash_budget_restarts": self.config["crash_budget_restarts"],
+                "crash_budget_left": max(0, self.config["crash_budget_restarts"] - len(crashes)),
+                "start_after": self.state.get("start_after"),
                 "memory_short": self.state.get("memory", {}), "nodes": nodes, "messages": self.messages}
 
     def write_report(self):

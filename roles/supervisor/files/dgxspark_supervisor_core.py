@@ -8,6 +8,13 @@ The service (dgxspark_supervisor.py) looks at the serving group every interval a
 - ("start", reason): memory is there: start the group in order (ranks, then the engine);
 - ("give_up", reason): the restart budget is spent, or memory did not come back in time; the group is left stopped.
 
+Two budgets over one window. The restart budget (budget_restarts) is for an engine that never served since it started:
+a start-up that loops can leak unified memory until the host wedges (eugr/spark-vllm-docker #257), so it stops soon. An
+engine that had served (a probe got its token) and then crashed or hung was killed by what it was asked, a request that
+any key holder can send again: its restarts count in the crash budget (crash_budget_restarts, larger), each after a
+backoff that doubles from crash_backoff_s (the first restarts at once) up to crash_backoff_max_s. The memory guard holds
+for both: no start before every node has the memory the plan needs.
+
 Phases: starting (the engine loads: a failed probe does not count, until its first token or the grace's end), serving,
 restarting (stopped, waiting for memory), gave_up, paused. Only a token proves that the engine works: `/health` and the containers' states are
 kept for the report, but a container that exited or a node that left counts at once, since the group cannot come back
@@ -23,7 +30,8 @@ STARTING, SERVING, RESTARTING, GAVE_UP, PAUSED = "starting", "serving", "restart
 GIB = 1024 * 1024  # KiB per GiB (MemAvailable is in KiB)
 
 CONFIG_KEYS = ("interval_s", "deadline_s", "failures_to_restart", "grace_s", "stall_s", "frozen_s", "budget_restarts",
-               "budget_window_s", "memory_wait_s", "memory_needed_kib", "group")
+               "budget_window_s", "memory_wait_s", "memory_needed_kib", "group", "crash_budget_restarts", "crash_backoff_s",
+               "crash_backoff_max_s")
 
 
 def check_config(config):
@@ -32,12 +40,12 @@ def check_config(config):
     if errors:
         return errors
     for key in ("interval_s", "deadline_s", "failures_to_restart", "grace_s", "stall_s", "frozen_s", "budget_window_s",
-                "memory_wait_s"):
+                "memory_wait_s", "crash_backoff_s", "crash_backoff_max_s"):
         if not isinstance(config[key], (int, float)) or isinstance(config[key], bool) or config[key] <= 0:
             errors.append("%s must be a number above 0, got %r" % (key, config[key]))
-    if not isinstance(config["budget_restarts"], int) or isinstance(config["budget_restarts"], bool) \
-            or config["budget_restarts"] < 0:
-        errors.append("budget_restarts must be an integer of 0 or more, got %r" % (config["budget_restarts"],))
+    for key in ("budget_restarts", "crash_budget_restarts"):
+        if not isinstance(config[key], int) or isinstance(config[key], bool) or config[key] < 0:
+            errors.append("%s must be an integer of 0 or more, got %r" % (key, config[key]))
     group = config["group"]
     if not isinstance(group, list) or not group:
         errors.append("group must list the containers to restart, in start order")
@@ -57,8 +65,9 @@ def check_config(config):
 
 def new_state(now):
     """The state of a supervisor that just started: the group is taken as it is, with a fresh grace and budget."""
-    return {"phase": STARTING, "since": now, "failures": 0, "restarts": [], "reason": "", "last_problem": "",
-            "memory": {}, "last_probe": None, "serving_since": None, "engine_started_at": None, "load": {}}
+    return {"phase": STARTING, "since": now, "failures": 0, "restarts": [], "crashes": [], "start_after": None,
+            "reason": "", "last_problem": "", "memory": {}, "last_probe": None, "serving_since": None,
+            "engine_started_at": None, "load": {}}
 
 
 def group_problem(config, seen):
@@ -72,9 +81,18 @@ def group_problem(config, seen):
         if container is None:
             return "container %s is missing on %s" % (member["container"], member["node"])
         if not container.get("running"):
-            return "container %s on %s is not running (exit code %s)" % (
-                member["container"], member["node"], container.get("exit_code"))
+            return "container %s on %s is not running (exit code %s)%s" % (
+                member["container"], member["node"], container.get("exit_code"), _last_request(container))
     return ""
+
+
+def _last_request(container):
+    """What the engine's API logged last before it stopped (dgxspark_node_ctl.py's last_request), as a clause."""
+    request = container.get("last_request")
+    if not request:
+        return ""
+    return "; the last request its API logged: %s %s from %s at %s, answered %s" % (
+        request["method"], request["path"], request["client"], request["time"], request["status"])
 
 
 def memory_short(config, seen):
@@ -101,26 +119,55 @@ def describe_short(short):
     return "; ".join(parts)
 
 
-def restarts_in_window(config, state, now):
-    return [t for t in state["restarts"] if now - t < config["budget_window_s"]]
+def restarts_in_window(config, state, now, kind="restarts"):
+    """The restarts of one budget (restarts: of an engine that never served; crashes: after it served) in the window."""
+    return [t for t in state.get(kind) or [] if now - t < config["budget_window_s"]]
+
+
+def crash_backoff_s(config, crashes):
+    """How long the group stays stopped before a restart that follows `crashes` earlier crashes after serving in the
+    window: none after the first, then crash_backoff_s doubling, up to crash_backoff_max_s."""
+    if not crashes:
+        return 0
+    return min(config["crash_backoff_max_s"], config["crash_backoff_s"] * 2 ** (crashes - 1))
 
 
 def _restart(config, state, now, problem):
-    """A restart is due because of `problem`: stop the group (then start it once memory allows), or give up when the
-    budget is spent (the group is stopped too: a half group would hold memory and serve nothing)."""
-    recent = restarts_in_window(config, state, now)
-    state.update(restarts=recent, last_problem=problem, failures=0, serving_since=None, load={})
-    if len(recent) >= config["budget_restarts"]:
-        state.update(phase=GAVE_UP, since=now, reason="the restart budget is spent (%d restarts in %d s); the last "
-                     "problem: %s" % (len(recent), config["budget_window_s"], problem))
+    """A restart is due because of `problem`: stop the group (then start it once memory allows and any backoff is
+    over), or give up when the budget of its kind is spent (the group is stopped too: a half group would hold memory
+    and serve nothing)."""
+    served = bool(state.get("serving_since"))
+    kind, budget = ("crashes", "crash_budget_restarts") if served else ("restarts", "budget_restarts")
+    recent = restarts_in_window(config, state, now, kind)
+    state.update(last_problem=problem, failures=0, serving_since=None, load={}, start_after=None)
+    state[kind] = recent
+    what = "crash budget (restarts after the engine had served)" if served else "restart budget"
+    if len(recent) >= config[budget]:
+        state.update(phase=GAVE_UP, since=now, reason="the %s is spent (%d restarts in %d s); the last problem: %s" % (
+            what, len(recent), config["budget_window_s"], problem))
         return state, ("give_up", state["reason"])
+    backoff = crash_backoff_s(config, len(recent)) if served else 0
     recent.append(now)
+    if backoff:
+        state["start_after"] = now + backoff
     state.update(phase=RESTARTING, since=now, reason="restarting because %s" % problem)
+    if served:
+        problem = "%s (after serving: crash %d of %d in %d s%s)" % (
+            problem, len(recent), config[budget], config["budget_window_s"],
+            ", the group starts again in %d s" % backoff if backoff else "")
     return state, ("stop", problem)
 
 
 def _start_when_memory_allows(config, state, seen, now):
-    """The group is stopped for a restart: start it when every node has the memory the plan needs there."""
+    """The group is stopped for a restart: start it when its backoff is over and every node has the memory the plan
+    needs there (the memory wait counts from the backoff's end)."""
+    start_after = state.get("start_after")
+    if start_after and now < start_after:
+        state["reason"] = "waiting %d s more before starting the group again (the backoff after crashes after serving)" % (
+            start_after - now)
+        return state, None
+    if start_after:
+        state.update(since=start_after, start_after=None)
     short = memory_short(config, seen)
     state["memory"] = dict((node, {"available_kib": a, "needed_kib": n}) for node, a, n in short)
     if not short:
