@@ -243,6 +243,7 @@ class ActionModule(ActionBase):
         specs = role_inputs.role_specs(COLLECTION_ROOT)
         problems.extend(role_inputs.spec_problems(role_values, specs))
         problems.extend(role_inputs.value_problems(role_values))
+        problems.extend(role_inputs.format_problems(role_values))
         problems.extend(role_inputs.secret_problems(role_values))
         problems.extend(role_inputs.planned_option_problems(role_values))
         problems.extend(role_inputs.planned_environment_problems(role_values))

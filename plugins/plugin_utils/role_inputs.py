@@ -22,6 +22,7 @@ import os
 import re
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.module_utils.parsing.convert_bool import boolean
 
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils.inventory_schema import plain, type_word
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils.vllm_args import executor_rendezvous
@@ -99,8 +100,10 @@ SINGLE_PORTS = (
 RAY_WORKER_RANGE = ('min_worker', 'max_worker')
 # Bounds the argument specs cannot state (they type a value, not its range): (lowest, highest or None, why).
 BOUNDS = {
-    'os_hardening_swappiness': (0, 200, 'vm.swappiness takes 0 to 200'),
+    'os_hardening_swappiness': (0, 200, 'vm.swappiness takes 0 to 200; 1, the default, swaps only as a last resort'),
     'os_hardening_swap_min_gib': (0, None, 'a size'),
+    'os_hardening_earlyoom_mem_percent': (1, 50, 'the percentage of memory available at which earlyoom acts; 4, the default, '
+                                          'is about 4.9 GiB of a Spark'),
     'ray_cluster_num_gpus': (1, None, 'a DGX Spark has one GPU'),
     'ray_cluster_object_store_memory': (78643200, None, "Ray's smallest object store is 75 MiB"),
     'ray_cluster_ready_timeout': (1, None, 'seconds'),
@@ -126,6 +129,38 @@ NAMES = {
     'vllm_container_name': (re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.-]*$'), 'a Docker container name'),
     'node_firewall_service': (re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.:-]*$'), 'a systemd unit name'),
 }
+# Values the roles write into a file or a command line as they are, in a form their types cannot state:
+# (the whole value must match, what it must be and the fix).
+FORMATS = {
+    'os_hardening_memlock': (re.compile(r'unlimited|[1-9][0-9]*'),
+                             'neither "unlimited" nor a positive integer (KiB, the limits.conf unit): use "unlimited" (the '
+                             'default) or e.g. 8192'),
+    'os_hardening_default_target': (re.compile(r'[A-Za-z0-9:_.@-]+\.target'),
+                                    'not a systemd target unit name (NAME.target): use multi-user.target (the default) for a '
+                                    'headless node'),
+    'os_hardening_sysctl_file': (re.compile(r'/etc/sysctl\.d/[^/]+\.conf'),
+                                 'not a .conf file directly under /etc/sysctl.d/ (systemd-sysctl reads no other name): use '
+                                 'e.g. /etc/sysctl.d/90-dgxspark-os.conf (the default)'),
+    'os_hardening_limits_file': (re.compile(r'/etc/security/limits\.d/[^/]+\.conf'),
+                                 'not a .conf file directly under /etc/security/limits.d/ (pam_limits reads no other name '
+                                 "there; /etc/security/limits.conf itself is never edited): use e.g. "
+                                 '/etc/security/limits.d/90-dgxspark-memlock.conf (the default)'),
+}
+# earlyoom anchors each name and joins them into one argument of EARLYOOM_ARGS, which systemd splits at spaces.
+_EARLYOOM_NAME = (re.compile(r'[^\s"\'^$]+'), True,
+                  'every name must be a non-empty regex without spaces, quotes or anchors (the role anchors them; systemd '
+                  'splits EARLYOOM_ARGS at spaces), e.g. "VLLM::.*"')
+# Lists whose every item the roles write as it is: (the whole item must match, whether the list may be empty, the fix).
+ITEMS = {
+    'os_hardening_memlock_domains': (re.compile(r'[*]|@?[A-Za-z0-9_.:-]+'), False,
+                                     'give a non-empty list of limits.conf domains ("*", a user, @group, or a uid/gid '
+                                     'range), without spaces, e.g. [root] (the default)'),
+    'os_hardening_earlyoom_prefer': _EARLYOOM_NAME,
+    'os_hardening_earlyoom_avoid': _EARLYOOM_NAME,
+}
+# Inputs a role reads only while a switch is on (each switch defaults to on): what it would never use is not refused.
+SWITCHED_BY = dict((name, 'os_hardening_earlyoom') for name in (
+    'os_hardening_earlyoom_mem_percent', 'os_hardening_earlyoom_prefer', 'os_hardening_earlyoom_avoid'))
 API_CIDR_VARIABLES = ('dgxspark_api_allowed_cidrs', 'node_firewall_api_allowed_cidrs')
 # Linux: IFNAMSIZ 16 with the NUL; written into netplan files, nft rules and NCCL_SOCKET_IFNAME, so nothing to quote.
 INTERFACE_NAME = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.-]{0,14}$')
@@ -229,7 +264,7 @@ def value_problems(values_by_host):
     found = {}
     for host, values in values_by_host.items():
         for name, (low, high, why) in sorted(BOUNDS.items()):
-            number = _number(values.get(name))
+            number = _number(values.get(name)) if in_use(name, values) else None
             if number is None or (number >= low and (high is None or number <= high)):
                 continue
             text = '%s is %s: use %s (%s)' % (name, values[name], ('%s to %s' % (low, high)) if high is not None
@@ -257,6 +292,35 @@ def value_problems(values_by_host):
             if not match or not 1 <= int(match.group(1)) <= int(match.group(2)) <= 65535:
                 text = ('%s is %r: give the kernel\'s ephemeral range as LOW-HIGH (cat /proc/sys/net/ipv4/ip_local_port_range; '
                         'the default is 32768-60999)' % (EPHEMERAL_PORTS, given))
+                found.setdefault(text, set()).add(host)
+    return _merge(found, values_by_host)
+
+
+def in_use(name, values):
+    """Whether the role reads NAME with these values: not when the switch it depends on (SWITCHED_BY) is off."""
+    switch = SWITCHED_BY.get(name)
+    return switch is None or boolean(plain(values.get(switch, True)), strict=False)
+
+
+def format_problem(name, value):
+    """Why VALUE of NAME is not in its FORMATS or ITEMS form, or None (a value of the wrong type is the spec check's)."""
+    value = plain(value)
+    if name in FORMATS:
+        pattern, what = FORMATS[name]
+        return None if pattern.fullmatch(str(value)) else '%s is %r: %s' % (name, value, what)
+    pattern, may_be_empty, fix = ITEMS[name]
+    if not isinstance(value, list) or (all(pattern.fullmatch(str(item)) for item in value) and (value or may_be_empty)):
+        return None
+    return '%s is %r: %s' % (name, value, fix)
+
+
+def format_problems(values_by_host):
+    """Values a role would write into a file or a command line that do not have the form it needs (FORMATS, ITEMS)."""
+    found = {}
+    for host, values in values_by_host.items():
+        for name in sorted(set(values) & (set(FORMATS) | set(ITEMS))):
+            text = format_problem(name, values[name]) if in_use(name, values) else None
+            if text:
                 found.setdefault(text, set()).add(host)
     return _merge(found, values_by_host)
 

@@ -290,7 +290,7 @@ def test_every_variable_the_checks_name_is_a_role_s_or_the_collection_s():
     ({'os_hardening_swappiness': 1, 'ray_cluster_object_store_memory': 100000000, 'node_firewall_ephemeral_ports': '32768-60999'},
      []),
     ({'ray_cluster_object_store_memory': None}, []),  # Ray's own default
-    ({'os_hardening_swappiness': 250}, ['os_hardening_swappiness is 250: use 0 to 200 (vm.swappiness takes 0 to 200)']),
+    ({'os_hardening_swappiness': 250}, ['os_hardening_swappiness is 250: use 0 to 200 (vm.swappiness takes 0 to 200;']),
     ({'vllm_container_stall_timeout': 0}, ['vllm_container_stall_timeout is 0: use at least 1 (seconds)']),
     ({'ray_cluster_num_gpus': 0}, ['ray_cluster_num_gpus is 0: use at least 1 (a DGX Spark has one GPU)']),
     ({'ray_cluster_object_store_memory': 1000000}, ["ray_cluster_object_store_memory is 1000000: use at least 78643200 (Ray's"]),
@@ -307,12 +307,99 @@ def test_every_variable_the_checks_name_is_a_role_s_or_the_collection_s():
     ({'os_hardening_gpu_clocks_mhz': [2200, 1800]}, ["os_hardening_gpu_clocks_mhz is [2200, 1800]: give [MIN, MAX] in MHz"]),
     ({'os_hardening_gpu_clocks_mhz': [2200]}, ["os_hardening_gpu_clocks_mhz is [2200]: give [MIN, MAX] in MHz"]),
     ({'os_hardening_gpu_clocks_mhz': [0, 0]}, ["os_hardening_gpu_clocks_mhz is [0, 0]: give [MIN, MAX] in MHz"]),
+    ({'os_hardening_swappiness': -1}, ['os_hardening_swappiness is -1: use 0 to 200 (vm.swappiness takes 0 to 200; 1, the '
+                                       'default, swaps only as a last resort)']),
+    ({'os_hardening_earlyoom_mem_percent': 4.5}, []),
+    ({'os_hardening_earlyoom_mem_percent': 0}, ['os_hardening_earlyoom_mem_percent is 0: use 1 to 50 (the percentage']),
+    ({'os_hardening_earlyoom_mem_percent': 60}, ['os_hardening_earlyoom_mem_percent is 60: use 1 to 50 (the percentage']),
+    ({'os_hardening_earlyoom_mem_percent': 60, 'os_hardening_earlyoom': False}, []),  # earlyoom off: never read
 ])
 def test_values(values, expected):
     problems = ri.value_problems(everywhere(**values))
     assert len(problems) == len(expected), problems
     for part, line in zip(expected, problems):
         assert line.startswith(part) and line.endswith('(set on every node)'), (part, line)
+
+
+DEFAULT_OR = '(the default)'
+OS_FORMATS = [
+    # (id, values, the problem's start, what else it says; [] when passed)
+    ('memlock-unlimited', {'os_hardening_memlock': 'unlimited'}, None, []),
+    ('memlock-kib', {'os_hardening_memlock': 8192}, None, []),
+    ('memlock-kib-string', {'os_hardening_memlock': '8192'}, None, []),
+    ('memlock-word', {'os_hardening_memlock': 'lots'},
+     'os_hardening_memlock is \'lots\': neither "unlimited" nor a positive integer', ['KiB', '8192']),
+    ('memlock-zero', {'os_hardening_memlock': 0}, 'os_hardening_memlock is 0: neither "unlimited"', []),
+    ('memlock-unit', {'os_hardening_memlock': '64M'}, "os_hardening_memlock is '64M': neither", []),
+    ('memlock-newline', {'os_hardening_memlock': '8192\n'}, "os_hardening_memlock is '8192\\n': neither", []),
+    ('target', {'os_hardening_default_target': 'graphical.target'}, None, []),
+    ('target-without-suffix', {'os_hardening_default_target': 'multi-user'},
+     "os_hardening_default_target is 'multi-user': not a systemd target unit name (NAME.target)", ['multi-user.target']),
+    ('target-with-space', {'os_hardening_default_target': 'multi user.target'}, 'os_hardening_default_target is', []),
+    ('sysctl-file', {'os_hardening_sysctl_file': '/etc/sysctl.d/99-mine.conf'}, None, []),
+    ('sysctl-conf-itself', {'os_hardening_sysctl_file': '/etc/sysctl.conf'},
+     "os_hardening_sysctl_file is '/etc/sysctl.conf': not a .conf file directly under /etc/sysctl.d/",
+     ['/etc/sysctl.d/90-dgxspark-os.conf ' + DEFAULT_OR]),
+    ('sysctl-file-nested', {'os_hardening_sysctl_file': '/etc/sysctl.d/a/b.conf'}, 'os_hardening_sysctl_file is', []),
+    ('limits-file', {'os_hardening_limits_file': '/etc/security/limits.d/95-rdma.conf'}, None, []),
+    ('limits-conf-itself', {'os_hardening_limits_file': '/etc/security/limits.conf'},
+     "os_hardening_limits_file is '/etc/security/limits.conf': not a .conf file directly under /etc/security/limits.d/",
+     ['limits.conf itself is never edited']),
+    ('limits-file-not-conf', {'os_hardening_limits_file': '/etc/security/limits.d/memlock'}, 'os_hardening_limits_file is', []),
+    ('domains', {'os_hardening_memlock_domains': ['root', '@rdma', '*', '1000:2000']}, None, []),
+    ('domains-empty', {'os_hardening_memlock_domains': []},
+     'os_hardening_memlock_domains is []: give a non-empty list of limits.conf domains', ['[root] ' + DEFAULT_OR]),
+    ('domain-with-space', {'os_hardening_memlock_domains': ['* hard']}, "os_hardening_memlock_domains is ['* hard']: give", []),
+    ('domain-percent', {'os_hardening_memlock_domains': ['%admin']}, "os_hardening_memlock_domains is ['%admin']", []),
+    ('domains-not-a-list', {'os_hardening_memlock_domains': 'root'}, None, []),  # the spec check's
+    ('earlyoom-names', {'os_hardening_earlyoom_prefer': ['VLLM::.*', 'ray::.*'], 'os_hardening_earlyoom_avoid': []}, None, []),
+    ('earlyoom-name-with-space', {'os_hardening_earlyoom_prefer': ['VLLM:: .*']},
+     "os_hardening_earlyoom_prefer is ['VLLM:: .*']: every name must be a non-empty regex without spaces, quotes or "
+     "anchors", ['systemd splits EARLYOOM_ARGS at spaces']),
+    ('earlyoom-name-anchored', {'os_hardening_earlyoom_avoid': ['^sshd$']}, "os_hardening_earlyoom_avoid is ['^sshd$']", []),
+    ('earlyoom-name-quoted', {'os_hardening_earlyoom_avoid': ['"sshd"']}, 'os_hardening_earlyoom_avoid is', []),
+    ('earlyoom-name-empty', {'os_hardening_earlyoom_prefer': ['']}, "os_hardening_earlyoom_prefer is ['']", []),
+    ('earlyoom-off', {'os_hardening_earlyoom_prefer': ['a b'], 'os_hardening_earlyoom': False}, None, []),
+    ('earlyoom-off-as-string', {'os_hardening_earlyoom_prefer': ['a b'], 'os_hardening_earlyoom': 'no'}, None, []),
+]
+
+
+@pytest.mark.parametrize('values, start, also', [case[1:] for case in OS_FORMATS], ids=[case[0] for case in OS_FORMATS])
+def test_os_hardening_formats(values, start, also):
+    problems = ri.format_problems(everywhere(**values))
+    if start is None:
+        assert problems == []
+        return
+    [problem] = problems
+    assert problem.startswith(start) and problem.endswith('(set on every node)'), problem
+    assert all(part in problem for part in also), problem
+
+
+def test_a_format_problem_of_one_host_names_that_host():
+    values = {'spark-alpha': {'os_hardening_memlock': 8192}, 'spark-beta': {'os_hardening_memlock': '8 GiB'}}
+    assert ri.format_problems(values) == [
+        "os_hardening_memlock is '8 GiB': neither \"unlimited\" nor a positive integer (KiB, the limits.conf unit): use "
+        "\"unlimited\" (the default) or e.g. 8192 (set on spark-beta)"]
+
+
+@pytest.mark.parametrize('name, values, used', [
+    ('os_hardening_memlock', {}, True),
+    ('os_hardening_earlyoom_prefer', {}, True),  # earlyoom is on by default
+    ('os_hardening_earlyoom_prefer', {'os_hardening_earlyoom': True}, True),
+    ('os_hardening_earlyoom_prefer', {'os_hardening_earlyoom': False}, False),
+    ('os_hardening_earlyoom_mem_percent', {'os_hardening_earlyoom': 'false'}, False),
+    ('os_hardening_memlock', {'os_hardening_earlyoom': False}, True),
+])
+def test_an_input_is_checked_only_while_its_role_reads_it(name, values, used):
+    assert ri.in_use(name, values) is used
+
+
+def test_every_format_rule_names_a_variable_of_its_role_and_passes_its_default():
+    options = dict((name, spec) for role in SPECS.values() for name, spec in role.items())
+    rules = sorted(set(ri.FORMATS) | set(ri.ITEMS) | set(ri.SWITCHED_BY) | set(ri.SWITCHED_BY.values()))
+    assert [name for name in rules if name not in options] == []
+    defaults = dict((name, options[name]['default']) for name in set(ri.FORMATS) | set(ri.ITEMS))
+    assert ri.format_problems({'node': defaults}) == []
 
 
 def test_every_bounded_variable_is_a_number_of_its_role():
