@@ -231,13 +231,15 @@ def spec_problems(values_by_host, specs):
 # ArgumentSpecValidator's type error ("argument 'x' is of type <class 'list'> and we were unable to convert to dict:
 # <class '...'> cannot be converted to a dict"): said in the inventory's words instead.
 _CONVERT_ERROR = re.compile(r"^argument '[^']+' is of type .* and we were unable to convert to (\w+)")
+# The same for one item of a list ("Elements value for option 'x' is of type str and we were unable to convert to int").
+_ELEMENT_ERROR = re.compile(r"^Elements value for option '[^']+' is of type .* and we were unable to convert to (\w+)")
 _SPEC_TYPE_WORDS = {'dict': 'a mapping', 'list': 'a list', 'int': 'an integer', 'float': 'a number', 'bool': 'a boolean',
                     'str': 'a string', 'path': 'a path', 'raw': 'a value'}
 
 
 def _readable(name, message, spec, value):
     """A spec validator message without Python's or Ansible's class names."""
-    match = _CONVERT_ERROR.match(message)
+    match = _CONVERT_ERROR.match(message) or _ELEMENT_ERROR.match(message)
     if not match:
         return message
     wanted = match.group(1)

@@ -482,6 +482,9 @@ def test_the_plan_warns_when_no_client_network_reaches_the_api(head_values, warn
     ('vllm_container_extra_args', [1], "vllm_container_extra_args: must be a mapping, got the list;"),
     ('vllm_container_port', 'abc', "vllm_container_port: must be an integer, got the string 'abc'"),
     ('vllm_container_extra_env', 'x', "vllm_container_extra_env: must be a mapping, got the string;"),
+    # one line for the list, however many of its items are wrong
+    ('os_hardening_gpu_clocks_mhz', ['fast', 'faster'],
+     "os_hardening_gpu_clocks_mhz: every item must be an integer, got the list ['fast', 'faster'];"),
 ])
 def test_a_wrong_type_is_said_in_the_inventorys_words(variable, value, expected):
     [problem] = ri.spec_problems(everywhere(**{variable: value}), SPECS)
