@@ -13,6 +13,7 @@ import sys
 
 import labctl  # tests/lab/conftest.py puts lab/ on the path
 import pytest
+import yaml
 
 pytestmark = pytest.mark.lab
 
@@ -30,6 +31,9 @@ LAB_VARS = {
     "os_hardening_docker_memlock_ulimit": False,   # Docker inside the node cannot apply memlock -1
     "os_hardening_drop_caches_supported": False,   # /proc/sys/vm/drop_caches is read-only
 }
+# The plan runs first and checks the role's inputs; it refuses the lab inventory's model (Qwen3.5-397B FP8, 4 nodes) on a
+# 2-node lab, which then plans molecule's 2-node shape (seed 003's), as molecule's scenarios do.
+TWO_NODE_SHAPE = os.path.join(REPO, "molecule", "shared", "group_vars", "all", "20-two-node-cluster.yml")
 SYSCTL_FILE = "/etc/sysctl.d/90-dgxspark-os.conf"
 LIMITS_FILE = "/etc/security/limits.d/90-dgxspark-memlock.conf"
 DAEMON_JSON = "/etc/docker/daemon.json"
@@ -43,8 +47,17 @@ def node_sh(script, check=True):
     return proc.stdout.strip()
 
 
+def cluster_shape():
+    """The variables that make the lab's node count plan: none on 4 nodes, molecule's 2-node shape on fewer."""
+    if (labctl.load_state() or {}).get("nodes", 4) >= 4:
+        return {}
+    with open(TWO_NODE_SHAPE, encoding="utf-8") as handle:
+        return yaml.safe_load(handle)
+
+
 def play(*args, extra=None, tags=None):
-    variables = dict(LAB_VARS, **(extra or {}))
+    variables = dict(cluster_shape(), **LAB_VARS)
+    variables.update(extra or {})
     # localhost too: the plan runs there (it checks the role's inputs; the role does not run without it).
     cmd = [ANSIBLE_PLAYBOOK, "-i", INVENTORY, os.path.join(REPO, "playbooks", "os.yml"), "--limit", NODE + ",localhost",
            "-e", json.dumps(variables)] + list(args)
