@@ -7,6 +7,8 @@
 - Secrets never travel in an extra map: an API key, Ray token or Hugging Face token given as a vLLM option or a
   container variable would sit in vLLM's argv or in what ``docker inspect`` shows. ``SECRET_OPTIONS`` and
   ``SECRET_ENVIRONMENT`` list them, each with the supported way (a variable that becomes a 0600 file).
+- What the specs cannot state: ranges (``BOUNDS``) and the forms of values written as they are into a file or a command
+  line (``FORMATS``, ``ITEMS``: a memlock limit, a drop-in path, earlyoom's names...). A role restates none of these.
 - The cross-checks the plan owns: no two services on one port of a node, nothing inside Ray's worker port range, API
   networks that parse.
 - Risky but legal choices are said out loud (``input_warnings``).
@@ -305,7 +307,7 @@ def in_use(name, values):
 
 
 def format_problem(name, value):
-    """Why VALUE of NAME is not in its FORMATS or ITEMS form, or None (a value of the wrong type is the spec check's)."""
+    """Why VALUE of NAME is not in its FORMATS or ITEMS form, or None (ITEMS: a value that is no list is the spec check's)."""
     value = plain(value)
     if name in FORMATS:
         pattern, what = FORMATS[name]
