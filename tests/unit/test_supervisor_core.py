@@ -338,8 +338,8 @@ def test_the_crash_budget_spent_gives_up_and_says_which_budget():
 
 
 def test_a_crash_before_the_engine_served_still_counts_in_the_restart_budget():
-    trace, state = run([look(30), served_crash(60), served_crash(90), served_crash(120), served_crash(150), served_crash(180)])
-    # The first crash came after serving; the next ones came before the restarted engine answered a probe.
+    trace, state = run([look(30), served_crash(60), crash(90), crash(120), crash(150), crash(180)])
+    # The first crash came after serving; the next ones came before the restarted engine answered anything.
     assert trace == [("serving", None)] + [RESTARTED] * 4 + [("gave_up", "give_up")]
     assert state["crashes"] == [60] and state["restarts"] == [90, 120, 150]
     assert state["reason"].startswith("the restart budget is spent (3 restarts")
@@ -356,3 +356,12 @@ def test_the_memory_wait_counts_from_the_backoff_s_end():
     # In the backoff nothing is asked of memory; then it waits for it 600 s from the backoff's end, not from the stop.
     assert trace[-4:] == [("restarting", None), ("restarting", "wait_memory"), ("restarting", "wait_memory"),
                           ("gave_up", "give_up")]
+
+
+def test_a_crash_before_the_supervisor_s_next_probe_counts_as_after_serving_when_the_api_had_answered():
+    """Seen on the lab: the engine came back, a client's request killed it 2 s later, before the supervisor's next probe
+    saw it serve. Its API had logged the request, so it had served: the crash budget, not the start-up's."""
+    stopped = [("spark-alpha", "dgxspark-vllm")]
+    trace, state = run([look(30), served_crash(60), served_crash(62), look(92, None, stopped=stopped), served_crash(95)])
+    assert trace == [("serving", None), RESTARTED, ("restarting", "stop"), ("starting", "start"), ("restarting", "stop")]
+    assert state["restarts"] == [] and state["crashes"] == [60, 62, 95] and state["start_after"] == 155

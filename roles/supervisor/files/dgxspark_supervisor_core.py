@@ -10,7 +10,9 @@ The service (dgxspark_supervisor.py) looks at the serving group every interval a
 
 Two budgets over one window. The restart budget (budget_restarts) is for an engine that never served since it started:
 a start-up that loops can leak unified memory until the host wedges (eugr/spark-vllm-docker #257), so it stops soon. An
-engine that had served (a probe got its token) and then crashed or hung was killed by what it was asked, a request that
+engine that had served (a probe got its token, or its API logged a request: vLLM's API listens only once the engine is
+up, so a request that came in before the supervisor's next probe counts too) and then crashed or hung was killed by
+what it was asked, a request that
 any key holder can send again: its restarts count in the crash budget (crash_budget_restarts, larger), each after a
 backoff that doubles from crash_backoff_s (the first restarts at once) up to crash_backoff_max_s. The memory guard holds
 for both: no start before every node has the memory the plan needs.
@@ -86,6 +88,14 @@ def group_problem(config, seen):
     return ""
 
 
+def engine_answered(config, seen):
+    """Whether the engine container, stopped, had taken requests: its API logged one (vLLM's API server listens only
+    once the engine is up), so it served, whether or not a probe of the supervisor saw it."""
+    engine = config["group"][-1]
+    container = ((seen["nodes"].get(engine["node"]) or {}).get("containers") or {}).get(engine["container"]) or {}
+    return bool(container.get("last_request"))
+
+
 def _last_request(container):
     """What the engine's API logged last before it stopped (dgxspark_node_ctl.py's last_request), as a clause."""
     request = container.get("last_request")
@@ -132,11 +142,11 @@ def crash_backoff_s(config, crashes):
     return min(config["crash_backoff_max_s"], config["crash_backoff_s"] * 2 ** (crashes - 1))
 
 
-def _restart(config, state, now, problem):
+def _restart(config, state, now, problem, answered=False):
     """A restart is due because of `problem`: stop the group (then start it once memory allows and any backoff is
     over), or give up when the budget of its kind is spent (the group is stopped too: a half group would hold memory
-    and serve nothing)."""
-    served = bool(state.get("serving_since"))
+    and serve nothing). answered: the stopped engine's API had logged a request."""
+    served = answered or bool(state.get("serving_since"))
     kind, budget = ("crashes", "crash_budget_restarts") if served else ("restarts", "budget_restarts")
     recent = restarts_in_window(config, state, now, kind)
     state.update(last_problem=problem, failures=0, serving_since=None, load={}, start_after=None)
@@ -210,7 +220,7 @@ def decide(config, state, seen):
         return _start_when_memory_allows(config, state, seen, now)
     problem = group_problem(config, seen)
     if problem:
-        return _restart(config, state, now, problem)
+        return _restart(config, state, now, problem, engine_answered(config, seen))
     frozen, busy = _load_signs(config, state, seen.get("load"), now)
     if frozen and state["phase"] == SERVING:
         return _restart(config, state, now, frozen)
