@@ -164,6 +164,9 @@ def _dead_engine_lines():
     # The lab's engine killed by one request (recorded): the 500 it answered, not the shutdown lines after it.
     (_dead_engine_lines(), {"time": "2026-12-06T03:33:04Z", "method": "POST", "path": "/v1/completions", "status": 500,
                             "client": "172.31.240.1"}),
+    # As Docker gave them: each line ends in CR LF (the container has a TTY).
+    ([line + "\r" for line in _dead_engine_lines()], {"time": "2026-12-06T03:33:04Z", "method": "POST",
+                                                      "path": "/v1/completions", "status": 500, "client": "172.31.240.1"}),
     # Before it, the last request is the supervisor's own probe; the scrapes of /metrics after it do not count.
     (_dead_engine_lines()[:7], {"time": "2026-12-06T03:33:00Z", "method": "POST", "path": "/v1/completions", "status": 200,
                                 "client": "127.0.0.1"}),
