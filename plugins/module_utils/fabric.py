@@ -5,7 +5,7 @@
 ``ib_write_bw`` and nccl-tests output, and the summary table with the diagnosis of every failure.
 
 Pure logic, no Ansible objects, stdlib only: the fabric_probe module runs the commands on a node
-and the fabric_report filter turns what every node saw into one table and one list of failures.
+and the fabric_report action turns what every node saw into one table and one list of failures.
 
 Diagnosis (per node and rail, then per unreachable peer):
   interface missing      -> wrong interface name in dgxspark_rails, or the CX-7 driver is not loaded

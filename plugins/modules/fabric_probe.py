@@ -17,7 +17,7 @@ description:
     don't-fragment ping whose payload fills a frame of O(mtu) (C(ping -M do -s <mtu - 28>)), so that a jumbo frame that does
     not fit somewhere on the path fails while small pings pass.
   - All pings run concurrently. The module only reads and sends ICMP echo requests; it changes nothing.
-  - Returns the raw outputs and their parsed form; the C(dgxspark.cluster.fabric_report) filter turns the results of every node into
+  - Returns the raw outputs and their parsed form; the M(dgxspark.cluster.fabric_report) action turns the results of every node into
     the summary table and the diagnosis.
 options:
   rails:
@@ -69,8 +69,7 @@ extends_documentation_fragment:
 notes:
   - Needs iputils C(ping) (C(-M do) is not supported by busybox ping) when there are peers to ping, and iproute2 with JSON output.
 seealso:
-  - plugin: dgxspark.cluster.fabric_report
-    plugin_type: filter
+  - module: dgxspark.cluster.fabric_report
 """
 
 EXAMPLES = r"""

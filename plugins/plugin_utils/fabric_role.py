@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: dgxspark.cluster contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The fabric_check role's data: what its tasks hand to one filter each instead of computing it in Jinja.
+"""The fabric_check role's data: what its actions (fabric_readiness, fabric_report) and its filter compute from the role's results.
 
 The parsers, the diagnosis and the report are in fabric.py; this module only gathers the role's per-host results.
 """
@@ -16,11 +16,11 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils.fabric import (
     FabricInputError,
     node_order,
     nccl_test_max_bytes,
+    ring_pairs,
 )
 
 # ------------------------------------------------------------------- the fabric_check role's data
-# What the role's tasks hand to one filter each instead of computing it in Jinja. ``hostvars`` is Ansible's
-# ``hostvars`` (or any mapping of host name to a mapping of that host's variables).
+# ``hostvars`` is Ansible's ``hostvars`` (or any mapping of host name to a mapping of that host's variables).
 
 NCCL_CONTAINER_NAME = 'dgxspark-fabric-check-nccl'
 _MEMAVAILABLE = re.compile(r'^MemAvailable:\s+(\d+) kB', re.MULTILINE)
@@ -211,4 +211,71 @@ def nccl_result(run, host, collective, max_bytes):
         'max_bytes': max_bytes,
         'output': run.get('stdout', ''),
         'error': None if rc == 0 else 'rank 0 on %s exited %s: %s' % (host, run.get('rc', '?'), str(run.get('stderr', '')).strip()[-400:]),
+    }
+
+
+# ------------------------------------------------------------------- what the role's two actions compute
+# The variables the role's tasks register, which its actions (fabric_readiness, fabric_report) read.
+PROBE_VAR = '_fabric_check_probe'
+REUSED_PROBE_VAR = 'cx7_netplan_fabric_probe'
+RDMA_DEVICES_VAR = '_fabric_check_rdma_devices'
+MEMINFO_VAR = '_fabric_check_meminfo'
+ROCE_PORTS_VAR = '_fabric_check_roce_ports'
+NCCL_RUN_VAR = '_fabric_check_nccl_run'
+IB_RESULTS_VAR = '_fabric_check_ib_results'
+RDMA_READINESS_VAR = '_fabric_check_rdma'
+NCCL_READINESS_VAR = '_fabric_check_nccl_ready'
+
+
+def ib_write_bw_readiness(hostvars, plan, play_hosts, ib_write_bw_path):
+    """rdma_readiness over the role's ``_fabric_check_rdma_devices``, with the node ``pairs`` [[server, client], ...] that
+    ib_write_bw measures: every node serves the next one in plan order."""
+    readiness = rdma_readiness(hostvars, plan, play_hosts, RDMA_DEVICES_VAR, ib_write_bw_path)
+    readiness['pairs'] = [list(pair) for pair in ring_pairs(node_order(plan))]
+    return readiness
+
+
+def nccl_test_readiness(hostvars, plan, play_hosts, image, docker_args, port, collective='all_gather', fraction=0.5, gpu_device=None,
+                        env=None):
+    """nccl_readiness over the role's ``_fabric_check_meminfo``, with the ``collective`` and, where the test can run (nothing
+    missing, a size), ``argv``: each node of the plan -> its ``docker run`` command line (nccl_argv); else ``argv`` is empty."""
+    readiness = nccl_readiness(hostvars, plan, play_hosts, MEMINFO_VAR, collective=collective, fraction=fraction,
+                               gpu_device=gpu_device, image=image)
+    readiness['collective'] = collective
+    readiness['argv'] = {}
+    if not readiness['missing'] and readiness['max_bytes'] is not None:
+        readiness['argv'] = dict((host, nccl_argv(plan, host, image, docker_args, port, collective, readiness['max_bytes'], env=env))
+                                 for host in node_order(plan))
+    return readiness
+
+
+def report_inputs(hostvars, plan, play_hosts, rdma=None, nccl=None, ib_results=None):
+    """The keyword arguments of build_fabric_report (all but plan and expectations) from what the role's tasks registered.
+
+    ``hostvars``: every node's probe (its own ``_fabric_check_probe``, or cx7_netplan's ``cx7_netplan_fabric_probe`` where the
+    probe was skipped to reuse it), its ibv_devinfo loop (``_fabric_check_roce_ports``), its NCCL test run
+    (``_fabric_check_nccl_run``) and its RDMA devices; ``rdma``, ``nccl``: the results of fabric_readiness (None where that
+    measurement was not asked for); ``ib_results``: [{pair, clients: the async_status results of the pair's clients}, ...]
+    as rdma_pair.yml keeps them (None where no pair ran).
+    """
+    probes = collect_probes(hostvars, plan, PROBE_VAR, REUSED_PROBE_VAR)
+    notes = list((rdma or {}).get('notes') or []) + list((nccl or {}).get('notes') or []) + probes['notes']
+    bandwidth = None
+    if ib_results is not None:
+        bandwidth = []
+        for entry in ib_results:
+            bandwidth += ib_runs(entry['clients'], entry['pair'], _hostvar(hostvars, entry['pair'][1], RDMA_DEVICES_VAR))
+    nccl_run = None
+    if nccl and not nccl.get('missing') and nccl.get('max_bytes') is not None:
+        head = node_order(plan)[0]
+        nccl_run = nccl_result(_hostvar(hostvars, head, NCCL_RUN_VAR) or {}, head, nccl['collective'], nccl['max_bytes'])
+    return {
+        'bandwidth': bandwidth,
+        'nccl': nccl_run,
+        'notes': notes,
+        # each node's ibv_devinfo of its rails' ports (a loop's results) and its NCCL test output (the NCCL build it loaded);
+        # none where it did not run
+        'roce': dict((host, (_hostvar(hostvars, host, ROCE_PORTS_VAR) or {}).get('results', [])) for host in play_hosts),
+        'nccl_ranks': dict((host, (_hostvar(hostvars, host, NCCL_RUN_VAR) or {}).get('stdout', '')) for host in play_hosts),
+        'probes': probes['rails'],
     }

@@ -21,7 +21,7 @@ CORE_PLUGINS = {
     ("module", "cx7_facts"),
     ("module", "nccl_env"),
     ("module", "cluster_plan"),
-    ("filter", "fabric_report"),
+    ("module", "fabric_report"),
     ("filter", "vllm_args"),
 }
 

@@ -1,17 +1,20 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Tests for the fabric check: parsers over real command output (fixtures/fabric/README.md), the report and its diagnosis."""
+"""Tests for the fabric check: parsers over real command output (fixtures/fabric/README.md), the report and its diagnosis, and the
+fabric_check role's actions (fabric_readiness, fabric_report) and filter (fabric_probe_reusable) over what its tasks register."""
 
 from __future__ import annotations
 
 import base64
-import copy
 import pathlib
+from unittest import mock
 
 import pytest
 
-from ansible.errors import AnsibleFilterError
-from ansible_collections.dgxspark.cluster.plugins.filter.fabric_report import FilterModule
+from ansible.errors import AnsibleActionFail, AnsibleFilterError
+from ansible_collections.dgxspark.cluster.plugins.action import fabric_readiness as readiness_action
+from ansible_collections.dgxspark.cluster.plugins.action import fabric_report as report_action
+from ansible_collections.dgxspark.cluster.plugins.filter.fabric_probe_reusable import FilterModule
 from ansible_collections.dgxspark.cluster.plugins.module_utils.fabric import (
     CAUSE_ADDRESS,
     CAUSE_BANDWIDTH,
@@ -39,12 +42,15 @@ from ansible_collections.dgxspark.cluster.plugins.plugin_utils.fabric_role impor
     NCCL_CONTAINER_NAME,
     collect_probes,
     ib_runs,
+    ib_write_bw_readiness,
     meminfo_available_kib,
     nccl_argv,
     nccl_readiness,
     nccl_result,
+    nccl_test_readiness,
     probe_reusable,
     rdma_readiness,
+    report_inputs,
 )
 
 FIXTURES = pathlib.Path(__file__).parent / 'fixtures' / 'fabric'
@@ -392,19 +398,14 @@ def test_report_rejects_bad_inputs(plan, expect):
         build_fabric_report(plan, {}, expect)
 
 
-def test_filters():
-    filters = FilterModule().filters()
-    report = filters['fabric_report'](healthy_probes(), copy.deepcopy(PLAN), EXPECT)
-    assert report['ok']
-    with pytest.raises(AnsibleFilterError, match='fabric_report'):
-        filters['fabric_report']({}, {'nodes': 1}, EXPECT)
-    assert filters['fabric_ring_pairs'](['a', 'b']) == [['a', 'b']]
-    assert 'fabric_nccl_max_bytes' not in filters  # used by no role (issue 47): fabric_nccl_readiness sizes the test
+def test_the_filter_is_the_probe_condition_alone():
+    assert list(FilterModule().filters()) == ['fabric_probe_reusable']  # the report and readiness are actions (issue 47)
 
 
 # ------------------------------------------------------------------------------ the fabric_check role's data
 
 FILTERS = FilterModule().filters()
+EXPECT_ALL = dict(EXPECT, ib_min_gbps=85.0, nccl_min_busbw_gbs=21.0)
 
 
 def kept(host='spark-alpha', mtu=9000):
@@ -610,25 +611,138 @@ def test_nccl_result(run, error):
     assert report['ok'] is (error is None)
 
 
-def test_role_data_filters():
+def test_the_probe_filter():
     assert FILTERS['fabric_probe_reusable'](kept(), PLAN, 9000, 'spark-alpha') is True
-    assert FILTERS['fabric_probes'](hostvars_with(probes=healthy_probes()), PLAN, '_fabric_check_probe', 'cx7_netplan_fabric_probe')['reused'] == []
-    assert FILTERS['fabric_rdma_readiness']({}, PLAN, HOSTS, 'rdma', IB)['missing'] == HOSTS
-    assert FILTERS['fabric_ib_runs']([], ['a', 'b'], {}) == []
-    assert FILTERS['fabric_nccl_readiness']({}, PLAN, HOSTS, 'meminfo')['max_bytes'] is None
-    assert FILTERS['fabric_nccl_argv'](PLAN, 'spark-gamma', 'i', [], 1, 'all_reduce', 2)[-3:] == ['i', 'python3', '-']
-    assert FILTERS['fabric_nccl_result']({'rc': 0, 'stdout': 'o'}, 'spark-alpha', 'all_gather', 1)['output'] == 'o'
+    with pytest.raises(AnsibleFilterError, match='^fabric_probe_reusable: '):
+        FILTERS['fabric_probe_reusable'](kept(), {'nodes': 'x'}, 9000)
 
 
-@pytest.mark.parametrize('name, args', [
-    ('fabric_probe_reusable', (kept(), {'nodes': 'x'}, 9000)),
-    ('fabric_probes', ({}, {'nodes': 1}, 'p', 'k')),
-    ('fabric_rdma_readiness', ({}, {'nodes': [], 'rails': 'x'}, HOSTS, 'rdma', IB)),
-    ('fabric_ib_runs', ([{'rc': 0}], ['a', 'b'], {})),
-    ('fabric_nccl_readiness', ({'spark-alpha': {'meminfo': meminfo(1)}}, {'nodes': PLAN['nodes'][:1], 'rails': []}, HOSTS, 'meminfo')),
-    ('fabric_nccl_argv', (PLAN, 'spark-omega', 'i', [], 1, 'all_gather', 1)),
-    ('fabric_nccl_result', ('not a result', 'spark-alpha', 'all_gather', 1)),
+# ------------------------------------------------------------------------------ the role's actions
+
+def run_action(module, args, task_vars):
+    """An action plugin's run() as the role's task runs it (run_once on the first host of the play)."""
+    task = mock.MagicMock()
+    task.args = args
+    task.async_val = 0
+    task.check_mode = False
+    connection = mock.MagicMock()
+    connection._shell.tmpdir = None
+    action = module.ActionModule(task, connection, mock.MagicMock(), loader=None, templar=None, shared_loader_obj=None)
+    return action.run(task_vars=dict({'inventory_hostname': HOSTS[0], 'ansible_play_hosts': list(HOSTS)}, **task_vars))
+
+
+@pytest.mark.parametrize('hosts, pairs', [
+    (HOSTS, [['spark-alpha', 'spark-beta'], ['spark-beta', 'spark-gamma'], ['spark-gamma', 'spark-alpha']]),
+    (HOSTS[:2], [['spark-alpha', 'spark-beta']]),
 ])
-def test_role_data_filters_reject(name, args):
-    with pytest.raises(AnsibleFilterError, match=name):
-        FILTERS[name](*args)
+def test_ib_write_bw_readiness_gives_the_pairs(hosts, pairs):
+    plan = dict(PLAN, nodes=[n for n in PLAN['nodes'] if n['host'] in hosts])
+    hostvars = dict((h, {'_fabric_check_rdma_devices': DEVICES}) for h in hosts)
+    readiness = ib_write_bw_readiness(hostvars, plan, hosts, IB)
+    assert readiness == {'ready': hosts, 'missing': [], 'notes': [], 'pairs': pairs}
+
+
+def test_nccl_test_readiness_gives_every_node_its_command_or_none():
+    hostvars = dict((h, {'_fabric_check_meminfo': meminfo(40 * 1024 ** 2)}) for h in HOSTS)
+    readiness = nccl_test_readiness(hostvars, PLAN, HOSTS, 'vllm:x', ['--gpus=all'], 29533, env={'NCCL_IB_DISABLE': 1})
+    assert readiness['max_bytes'] == 8 * 1024 ** 3 and readiness['collective'] == 'all_gather'
+    assert readiness['argv'] == dict((h, nccl_argv(PLAN, h, 'vllm:x', ['--gpus=all'], 29533, 'all_gather', 8 * 1024 ** 3,
+                                                   env={'NCCL_IB_DISABLE': 1})) for h in HOSTS)
+    hostvars['spark-gamma'] = {'_fabric_check_meminfo': {'skipped': True}}
+    readiness = nccl_test_readiness(hostvars, PLAN, HOSTS, 'vllm:x', ['--gpus=all'], 29533)
+    assert readiness['missing'] == ['spark-gamma'] and readiness['argv'] == {} and readiness['max_bytes'] is None
+
+
+@pytest.mark.parametrize('args, hostvars, expected', [
+    ({'test': 'ib_write_bw'}, dict((h, {'_fabric_check_rdma_devices': DEVICES}) for h in HOSTS),
+     {'missing': [], 'notes': [], 'pairs': [['spark-alpha', 'spark-beta'], ['spark-beta', 'spark-gamma'], ['spark-gamma', 'spark-alpha']]}),
+    ({'test': 'ib_write_bw', 'ib_write_bw_path': IB}, {'spark-alpha': {'_fabric_check_rdma_devices': DEVICES}},
+     {'missing': ['spark-beta', 'spark-gamma'], 'notes': [RDMA_NOTE % 'spark-beta, spark-gamma']}),
+    ({'test': 'nccl', 'image': 'vllm:x', 'port': '29533', 'memory_fraction': '0.5', 'docker_args': ['--gpus=all']},
+     dict((h, {'_fabric_check_meminfo': meminfo(40 * 1024 ** 2)}) for h in HOSTS),
+     {'missing': [], 'notes': [], 'max_bytes': 8 * 1024 ** 3, 'collective': 'all_gather',
+      'argv': dict((h, nccl_argv(PLAN, h, 'vllm:x', ['--gpus=all'], 29533, 'all_gather', 8 * 1024 ** 3)) for h in HOSTS)}),
+    ({'test': 'nccl', 'collective': 'all_reduce'}, {},
+     {'missing': HOSTS, 'max_bytes': None, 'argv': {}, 'collective': 'all_reduce',
+      'notes': [NCCL_MISSING % (', '.join(HOSTS), "'(fabric_check_nccl_image not set)'")]}),
+])
+def test_the_readiness_action(args, hostvars, expected):
+    result = run_action(readiness_action, dict(args, plan=PLAN), {'hostvars': hostvars})
+    assert result['changed'] is False and not result.get('failed')
+    assert dict((key, result[key]) for key in expected) == expected
+
+
+def test_the_readiness_action_names_itself_on_a_bad_plan():
+    with pytest.raises(AnsibleActionFail, match='^fabric_readiness: the cluster plan must be a mapping'):
+        run_action(readiness_action, {'test': 'ib_write_bw', 'plan': {'nodes': 1}}, {'hostvars': {}})
+
+
+def role_hostvars(probes=None, roce=None, nccl_runs=None, devices=None):
+    """Every node's variables as the role's tasks register them."""
+    hostvars = dict((h, {}) for h in HOSTS)
+    for host in HOSTS:
+        if probes is not None:
+            hostvars[host]['_fabric_check_probe'] = {'changed': False, 'rails': probes[host]}
+        if roce is not None:
+            hostvars[host]['_fabric_check_roce_ports'] = {'results': roce.get(host, [])}
+        if nccl_runs is not None:
+            hostvars[host]['_fabric_check_nccl_run'] = nccl_runs.get(host, {'skipped': True})
+        if devices is not None:
+            hostvars[host]['_fabric_check_rdma_devices'] = devices
+    return hostvars
+
+
+NCCL_READY = {'ready': HOSTS, 'missing': [], 'notes': [], 'max_bytes': 8589934592, 'collective': 'all_gather', 'argv': {}}
+NCCL_OK = {'rc': 0, 'stdout': fixture('nccl_all_gather_spark_ok.txt'), 'stderr': ''}
+
+
+@pytest.mark.parametrize('hostvars, rdma, nccl, ib_results, expected', [
+    # probes only, nothing else measured: no bandwidth, no NCCL, an empty RDMA port and NCCL build for every node
+    (role_hostvars(probes=healthy_probes()), None, None, None,
+     {'bandwidth': None, 'nccl': None, 'notes': [], 'roce': dict((h, []) for h in HOSTS), 'nccl_ranks': dict((h, '') for h in HOSTS)}),
+    # skipped measurements: the readiness notes, ib_write_bw's first
+    (role_hostvars(probes=healthy_probes()), {'notes': ['rdma skipped']}, dict(NCCL_READY, missing=['spark-gamma'], notes=['nccl skipped']),
+     None, {'bandwidth': None, 'nccl': None, 'notes': ['rdma skipped', 'nccl skipped']}),
+    # the NCCL test ran: rank 0's result, every rank's output
+    (role_hostvars(probes=healthy_probes(), nccl_runs=dict((h, NCCL_OK) for h in HOSTS)), None, NCCL_READY, None,
+     {'nccl': nccl_result(NCCL_OK, 'spark-alpha', 'all_gather', 8589934592), 'nccl_ranks': dict((h, NCCL_OK['stdout']) for h in HOSTS)}),
+    # rank 0's run skipped although the test was to run: its failure
+    (role_hostvars(probes=healthy_probes(), nccl_runs={}), None, NCCL_READY, None,
+     {'nccl': nccl_result({'skipped': True}, 'spark-alpha', 'all_gather', 8589934592)}),
+    # ib_write_bw pairs: each client's runs with the client's RDMA devices
+    (role_hostvars(probes=healthy_probes(), devices=DEVICES), None, None,
+     [{'pair': ['spark-alpha', 'spark-beta'], 'clients': [client_result(PLAN['rails'][0], stdout=fixture('ib_write_bw_spark_twin_b.txt'))]},
+      {'pair': ['spark-beta', 'spark-gamma'], 'clients': [client_result(PLAN['rails'][1], rc=1, stderr='refused')]}],
+     {'bandwidth': ib_runs([client_result(PLAN['rails'][0], stdout=fixture('ib_write_bw_spark_twin_b.txt'))], ['spark-alpha', 'spark-beta'],
+                           DEVICES) + ib_runs([client_result(PLAN['rails'][1], rc=1, stderr='refused')], ['spark-beta', 'spark-gamma'], DEVICES)}),
+    # the RDMA ports' readings, per node of the play
+    (role_hostvars(probes=healthy_probes(), roce={'spark-beta': [{'item': PLAN['rails'][0], 'rc': 0, 'stdout': 'x'}]}), None, None, None,
+     {'roce': {'spark-alpha': [], 'spark-beta': [{'item': PLAN['rails'][0], 'rc': 0, 'stdout': 'x'}], 'spark-gamma': []}}),
+])
+def test_report_inputs(hostvars, rdma, nccl, ib_results, expected):
+    inputs = report_inputs(hostvars, PLAN, HOSTS, rdma=rdma, nccl=nccl, ib_results=ib_results)
+    assert inputs['probes'] == healthy_probes()
+    assert dict((key, inputs[key]) for key in expected) == expected
+
+
+def test_the_report_action_reads_what_the_role_registered():
+    hostvars = hostvars_with(skipped=HOSTS, kept_probes=dict((h, {'mtu': 9000, 'rails': healthy_probes()[h]}) for h in HOSTS))
+    for host in HOSTS:
+        hostvars[host].update(_fabric_check_nccl_run=NCCL_OK, _fabric_check_rdma_devices=DEVICES)
+    task_vars = {'hostvars': hostvars, '_fabric_check_nccl_ready': NCCL_READY, '_fabric_check_rdma': {'skipped': True},
+                 '_fabric_check_ib_results': [{'pair': ['spark-alpha', 'spark-beta'], 'clients': [
+                     client_result(PLAN['rails'][0], stdout=fixture('ib_write_bw_spark_twin_b.txt'))]}]}
+    expect = {'mtu': '9000', 'speed_mbps': '200000', 'ib_min_gbps': '85', 'nccl_min_busbw_gbs': '21'}
+    result = run_action(report_action, {'plan': PLAN, 'expect': expect}, task_vars)
+    inputs = report_inputs(hostvars, PLAN, HOSTS, nccl=NCCL_READY, ib_results=task_vars['_fabric_check_ib_results'])
+    report = build_fabric_report(PLAN, inputs['probes'], EXPECT_ALL, bandwidth=inputs['bandwidth'], nccl=inputs['nccl'], notes=inputs['notes'],
+                                 roce=inputs['roce'], nccl_ranks=inputs['nccl_ranks'])
+    assert result['changed'] is False and not result.get('failed')
+    assert dict((key, result[key]) for key in report) == report
+    assert report['ok'] and any('cx7_netplan_fabric_probe' in line for line in report['table'])
+    assert any(row['bandwidth_gbps'] for row in report['rows'])
+
+
+def test_the_report_action_names_itself_on_a_bad_plan():
+    with pytest.raises(AnsibleActionFail, match='^fabric_report: the cluster plan must be a mapping'):
+        run_action(report_action, {'plan': {'nodes': 1}, 'expect': dict(EXPECT_ALL)}, {'hostvars': {}})
