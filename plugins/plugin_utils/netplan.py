@@ -23,6 +23,8 @@ import ipaddress
 import json
 import re
 
+import yaml
+
 
 RENDERERS = ('networkd', 'NetworkManager')
 MTU_MIN = 1280
@@ -548,17 +550,6 @@ def by_host(hostvars, hosts, name):
     return result
 
 
-def changed_hosts(hostvars, hosts, names):
-    """The hosts (in the order of ``hosts``) on which any of the registered results ``names`` reports a change."""
-    names = [names] if isinstance(names, str) else list(names or [])
-    changed = []
-    for host in hosts or []:
-        results = [by_host(hostvars, [host], name).get(host) for name in names]
-        if any(isinstance(result, dict) and result.get('changed') for result in results):
-            changed.append(host)
-    return changed
-
-
 def preflight_summary(problems_by_host, plan):
     """Every preflight problem of the cluster: first the nodes of the plan that are not in the play (their checks could not
     run), then each node's problems (``problems_by_host``: host -> list, in the order of the play)."""
@@ -611,3 +602,26 @@ def file_state(stat_result, content, mode, owner='root', group='root', current=N
                 raise NetplanConfigError(['%s changed while it was read, or could not be read: run the play again.' % (
                     stat.get('path') or 'the current file')]) from exc
     return state
+
+
+def parse_netplan_files(files):
+    """A node's other netplan files as preflight_problems takes them, from ``{path, content}`` mappings or the
+    ansible.builtin.slurp results of a loop (skipped items left out); a file that is not YAML keeps its ``error``."""
+    parsed = []
+    for item in files or []:
+        if isinstance(item, dict) and item.get('skipped'):
+            continue
+        path = (item.get('path') or item.get('source')) if isinstance(item, dict) else None
+        if not path:
+            raise NetplanConfigError(['netplan_files must be a list of {path, content} mappings (or ansible.builtin.slurp results), '
+                                      'got %r.' % (item,)])
+        content = item.get('content') or ''
+        try:
+            if item.get('encoding') == 'base64':
+                content = base64.b64decode(content).decode('utf-8')
+            document = yaml.safe_load(content)
+        except (yaml.YAMLError, ValueError) as exc:
+            parsed.append({'path': path, 'document': None, 'error': str(exc).replace('\n', ' ')})
+            continue
+        parsed.append({'path': path, 'document': document})
+    return parsed

@@ -9,6 +9,13 @@ The netplan document, its rendering and the preflight are in netplan.py.
 from __future__ import annotations
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils.fabric import SMALL_PING_PAYLOAD, ping_ok
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.netplan import (
+    by_host,
+    generate_rejections,
+    parse_netplan_files,
+    preflight_problems,
+    preflight_summary,
+)
 
 
 # --------------------------------------------------------------------------------------------- post-change fabric check
@@ -156,3 +163,41 @@ def fabric_problems(results, plan):
     for host in hosts:
         problems.extend(failure['problem'] for failure in failures.get(host, []))
     return problems
+
+
+# ------------------------------------------------------------------- the role's three cluster-wide verdicts
+# What the cx7_netplan role's tasks register on every node, which its action cx7_netplan_verdict reads.
+CONFIG_VAR = '_cx7_netplan_config'
+OBSERVED_VAR = '_cx7_netplan_observed'
+NETPLAN_FILES_VAR = '_cx7_netplan_others'
+GENERATE_VAR = '_cx7_netplan_generate'
+RESULT_VAR = '_cx7_netplan_result'
+VERDICTS = ('preflight', 'generate', 'fabric')
+
+
+def verdict(check, hostvars, play_hosts, plan):
+    """Every problem one of the role's checks found on any node of the play, and the message that stops every node.
+
+    ``preflight``: each node's configuration (``_cx7_netplan_config``) against what every node reports
+    (``_cx7_netplan_observed``) and its other netplan files (``_cx7_netplan_others``, a slurp loop), the nodes of the plan
+    missing from the play first; ``generate``: every node whose ``netplan generate`` rejected its candidate
+    (``_cx7_netplan_generate``); ``fabric``: the post-change check of every node (``_cx7_netplan_result``).
+    Returns ``problems`` and ``msg`` (None when there is none).
+    """
+    if check == 'preflight':
+        observed = by_host(hostvars, play_hosts, OBSERVED_VAR)
+        problems_by_host = {}
+        for host, config in by_host(hostvars, play_hosts, CONFIG_VAR).items():
+            files = (by_host(hostvars, [host], NETPLAN_FILES_VAR).get(host) or {}).get('results')
+            problems_by_host[host] = preflight_problems(config, observed, parse_netplan_files(files))
+        problems = preflight_summary(problems_by_host, plan)
+        header = 'The CX-7 rails were not configured: %d problem(s) found; nothing was changed on any node.' % len(problems)
+    elif check == 'generate':
+        problems = generate_rejections(by_host(hostvars, play_hosts, GENERATE_VAR))
+        header = 'netplan generate rejected the candidate rail configuration; nothing was changed on any node.'
+    elif check == 'fabric':
+        problems = fabric_problems(by_host(hostvars, play_hosts, RESULT_VAR), plan)
+        header = 'The check after configuring the CX-7 rails failed (%d problem(s)):' % len(problems)
+    else:
+        raise ValueError('check must be one of %s, not %r' % (', '.join(VERDICTS), check))
+    return {'problems': problems, 'msg': '\n'.join([header] + ['- %s' % problem for problem in problems]) if problems else None}

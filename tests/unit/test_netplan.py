@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Tests for the CX-7 rail netplan configuration: rendering, input validation, preflight, drift, fabric summary, the filter."""
+"""Tests for the CX-7 rail netplan configuration: rendering, input validation, preflight, drift, fabric summary, the filters and
+the action that checks every node at once (cx7_netplan_verdict)."""
 
 from __future__ import annotations
 
@@ -9,15 +10,19 @@ import copy
 import hashlib
 import os
 
+from unittest import mock
+
 import pytest
 import yaml
 
-from ansible.errors import AnsibleFilterError
+import jinja2
+from ansible.errors import AnsibleActionFail, AnsibleFilterError
+from ansible.plugins.test.core import changed as changed_test
+from ansible_collections.dgxspark.cluster.plugins.action import cx7_netplan_verdict as verdict_action
 from ansible_collections.dgxspark.cluster.plugins.filter.cx7_netplan_config import FilterModule
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils.netplan import (
     NetplanConfigError,
     by_host,
-    changed_hosts,
     connection_addresses,
     drift,
     file_state,
@@ -25,6 +30,7 @@ from ansible_collections.dgxspark.cluster.plugins.plugin_utils.netplan import (
     netplan_file_problems,
     node_config,
     observed_interfaces,
+    parse_netplan_files,
     preflight_problems,
     preflight_summary,
     render_yaml,
@@ -36,6 +42,7 @@ from ansible_collections.dgxspark.cluster.plugins.plugin_utils.netplan_check imp
     fabric_problems,
     probe_errors,
     probe_failures,
+    verdict,
 )
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -589,15 +596,29 @@ def test_by_host(hosts, name, expected):
     assert result == expected and list(result) == list(expected)
 
 
-@pytest.mark.parametrize('hosts, names, expected', [
-    (HOSTS, ['written', 'sysctl'], ['spark-beta', 'spark-gamma']),
-    (HOSTS, ['written'], ['spark-beta']),
-    (HOSTS, 'sysctl', ['spark-gamma']),
-    (['spark-alpha', 'spark-delta'], ['written', 'sysctl'], []),
-    (HOSTS, [], []),
+def apply_check_condition():
+    """The condition on which apply.yml runs the post-change check on every node: whether this run changed a file on any node."""
+    with open(os.path.join(ROOT, 'roles', 'cx7_netplan', 'tasks', 'apply.yml'), encoding='utf-8') as handle:
+        block = yaml.safe_load(handle)[0]
+    task = [t for t in block['block'] if t['name'] == 'Check the rails and the fabric after a change'][0]
+    assert task['when'][0] == 'not ansible_check_mode'
+    return task['when'][1], task['vars']['_cx7_netplan_nodes']
+
+
+@pytest.mark.parametrize('written, sysctl, checks', [
+    ({'spark-beta': {'changed': True}}, {}, True),
+    ({}, {'spark-gamma': {'changed': True}}, True),
+    ({'spark-alpha': {'changed': False}, 'spark-gamma': {'changed': False, 'skipped': True}}, {'spark-beta': {'changed': False}}, False),
+    ({}, {}, False),                                                          # no node wrote (e.g. every one failed earlier)
 ])
-def test_changed_hosts(hosts, names, expected):
-    assert changed_hosts(HOSTVARS, hosts, names) == expected
+def test_the_check_after_a_change_runs_where_any_node_changed_a_file(written, sysctl, checks):
+    condition, nodes = apply_check_condition()
+    assert nodes == "{{ ansible_play_hosts | map('extract', hostvars) | list }}"
+    variables = dict((h, dict([('_cx7_netplan_written', written[h])] if h in written else [],
+                              **({'_cx7_netplan_sysctl_written': sysctl[h]} if h in sysctl else {}))) for h in HOSTS)
+    environment = jinja2.Environment()
+    environment.tests['changed'] = changed_test
+    assert environment.compile_expression(condition)(_cx7_netplan_nodes=[variables[h] for h in HOSTS]) is checks
 
 
 MISSING = ': not in this play or unreachable: run the network play on every node of the cluster at once (no --limit)'
@@ -675,61 +696,99 @@ def test_file_state_unread_file_that_differs():
 
 # ----------------------------------------------------------------------------------------------- the filter
 
-def test_filter_full_round():
-    plan = make_plan()
-    observed = observed_all()
+def test_the_other_netplan_files_are_parsed():
     files = [{'source': '/etc/netplan/50-other.yaml', 'encoding': 'base64',
               'content': base64.b64encode(b'network:\n  ethernets:\n    enp1s0f1np1:\n      dhcp4: true\n').decode()},
-             {'item': '/etc/netplan/x.yaml', 'skipped': True}]
-    result = cx7_netplan_config(plan, 'spark-alpha', observed=observed, netplan_files=files, facts=node_facts(0))
-    assert result['problems'] == [
-        'spark-alpha: netplan file /etc/netplan/50-other.yaml also configures rail interface enp1s0f1np1 (ethernets.enp1s0f1np1): this role '
-        'owns the rails and never edits files it does not own; remove enp1s0f1np1 from /etc/netplan/50-other.yaml.']
-    assert result['drift']
-    assert 'fabric_problems' not in result
-    assert 'problems' not in cx7_netplan_config(plan, 'spark-alpha')
-
-
-def test_filter_unparseable_netplan_file():
-    result = cx7_netplan_config(make_plan(), 'spark-alpha', netplan_files=[{'path': '/etc/netplan/bad.yaml', 'content': 'network: [\n'}])
-    assert 'cannot be parsed' in result['problems'][0]
+             {'item': '/etc/netplan/x.yaml', 'skipped': True},
+             {'path': '/etc/netplan/bad.yaml', 'content': 'network: [\n'}]
+    parsed = parse_netplan_files(files)
+    assert parsed[0] == {'path': '/etc/netplan/50-other.yaml', 'document': {'network': {'ethernets': {'enp1s0f1np1': {'dhcp4': True}}}}}
+    assert [p['path'] for p in parsed] == ['/etc/netplan/50-other.yaml', '/etc/netplan/bad.yaml'] and parsed[1]['document'] is None
+    assert 'cannot be parsed' in preflight_problems(node_config(make_plan(), 'spark-alpha'), None, parsed[1:])[0]
+    with pytest.raises(NetplanConfigError, match='netplan_files must be a list'):
+        parse_netplan_files(['x'])
 
 
 @pytest.mark.parametrize('kwargs, fragment', [
-    ({'renderer': 'systemd'}, 'cx7_netplan_renderer is'),
-    ({'netplan_files': ['x']}, 'netplan_files must be a list'),
+    ({'renderer': 'systemd'}, '^cx7_netplan_config: .*cx7_netplan_renderer is'),
+    ({'mtu': 99999}, '^cx7_netplan_config: '),
 ])
 def test_filter_errors(kwargs, fragment):
     with pytest.raises(AnsibleFilterError, match=fragment):
         cx7_netplan_config(make_plan(), 'spark-alpha', **kwargs)
 
 
-def test_filter_drift_and_fabric_results():
+def test_filter_drift():
     plan = make_plan()
     probe = probe_of(plan, 'spark-beta')
     probe['rail2']['link'] = probe_link(1, 'rail2', mtu=1500)
     result = cx7_netplan_config(plan, 'spark-beta', facts={'cx7': node_facts(1, configured=True)['cx7']}, probe=probe)
     assert result['drift'] == ['spark-beta rail rail2 (enP2p1s0f1np1): MTU is 1500, expected 9000.']
     assert cx7_netplan_config(plan, 'spark-beta', probe=probe)['drift'] == result['drift']
-    results = dict((h, {'drift': [], 'probe': probe_of(plan, h)}) for h in HOSTS)
-    assert cx7_netplan_config(plan, 'spark-beta', fabric_results=results)['fabric_problems'] == []
+    assert 'drift' not in cx7_netplan_config(plan, 'spark-beta')
+    assert list(FILTERS) == ['cx7_netplan_config', 'cx7_netplan_file_state']   # the checks across nodes are an action (issue 47)
 
 
-def test_filters_of_the_role_data():
-    assert FILTERS['cx7_netplan_by_host'](HOSTVARS, HOSTS, 'seen') == by_host(HOSTVARS, HOSTS, 'seen')
-    assert FILTERS['cx7_netplan_changed_hosts'](HOSTVARS, HOSTS, ['written']) == ['spark-beta']
-    assert FILTERS['cx7_netplan_preflight_summary']({'spark-alpha': ['x']}, make_plan(['spark-alpha'])) == ['x']
-    assert FILTERS['cx7_netplan_rejections']({'spark-alpha': {'rc': 1, 'stderr': 'no'}}) == ['spark-alpha: no']
+def test_the_file_state_filter():
     assert FILTERS['cx7_netplan_file_state'](stat(), CONTENT, '0600')['write'] is False
+    with pytest.raises(AnsibleFilterError, match='^cx7_netplan_file_state: .*could not be read'):
+        FILTERS['cx7_netplan_file_state'](stat(checksum='0' * 40), CONTENT, '0600', 'root', 'root', SKIPPED)
 
 
-@pytest.mark.parametrize('name, args, fragment', [
-    ('cx7_netplan_by_host', (None, HOSTS, 'seen'), 'cx7_netplan_by_host needs'),
-    ('cx7_netplan_changed_hosts', (None, HOSTS, ['x']), 'cx7_netplan_changed_hosts needs'),
-    ('cx7_netplan_preflight_summary', ({'a': []}, {'nodes': 'x'}), 'cx7_netplan_preflight_summary needs'),
-    ('cx7_netplan_rejections', (['x'],), 'cx7_netplan_rejections needs'),
-    ('cx7_netplan_file_state', (stat(checksum='0' * 40), CONTENT, '0600', 'root', 'root', SKIPPED), 'could not be read'),
+# ------------------------------------------------------------------------------- the checks across nodes (the action)
+
+OTHER_FILE = {'source': '/etc/netplan/50-other.yaml', 'encoding': 'base64',
+              'content': base64.b64encode(b'network:\n  ethernets:\n    enp1s0f1np1:\n      dhcp4: true\n').decode()}
+OTHER_FILE_PROBLEM = ('spark-alpha: netplan file /etc/netplan/50-other.yaml also configures rail interface enp1s0f1np1 '
+                      '(ethernets.enp1s0f1np1): this role owns the rails and never edits files it does not own; remove enp1s0f1np1 '
+                      'from /etc/netplan/50-other.yaml.')
+
+
+def preflight_hostvars(plan, hosts=None, files=None):
+    """Every node's variables at the preflight verdict: its configuration, what it reports, its other netplan files."""
+    hosts = hosts or HOSTS
+    observed = observed_all()
+    return dict((h, {'_cx7_netplan_config': node_config(plan, h), '_cx7_netplan_observed': observed[h],
+                     '_cx7_netplan_others': {'results': (files or {}).get(h, [])}}) for h in hosts)
+
+
+@pytest.mark.parametrize('check, hostvars, play_hosts, problems, header', [
+    ('preflight', preflight_hostvars(make_plan()), HOSTS, [], None),
+    ('preflight', preflight_hostvars(make_plan(), files={'spark-alpha': [OTHER_FILE, SKIPPED]}), HOSTS, [OTHER_FILE_PROBLEM],
+     'The CX-7 rails were not configured: 1 problem(s) found; nothing was changed on any node.'),
+    # a node of the plan missing from the play comes first
+    ('preflight', preflight_hostvars(make_plan(), files={'spark-alpha': [OTHER_FILE]}), HOSTS[:3],
+     ['spark-delta' + MISSING + ', so that addresses can be checked across nodes and peers pinged.', OTHER_FILE_PROBLEM],
+     'The CX-7 rails were not configured: 2 problem(s) found; nothing was changed on any node.'),
+    ('generate', {'spark-alpha': {'_cx7_netplan_generate': {'rc': 0, 'stderr': ''}}, 'spark-beta': {}}, HOSTS, [], None),
+    ('generate', {'spark-beta': {'_cx7_netplan_generate': {'rc': 1, 'stderr': 'Error in network definition\n'}}}, HOSTS,
+     ['spark-beta: Error in network definition'],
+     'netplan generate rejected the candidate rail configuration; nothing was changed on any node.'),
+    ('fabric', dict((h, {'_cx7_netplan_result': {'drift': [], 'probe': probe_of(make_plan(), h)}}) for h in HOSTS), HOSTS, [], None),
+    ('fabric', dict((h, {'_cx7_netplan_result': {'drift': [], 'probe': probe_of(make_plan(), h)}}) for h in HOSTS[1:]), HOSTS[1:],
+     ['spark-alpha: no post-change check result (the node failed earlier or is unreachable).'],
+     'The check after configuring the CX-7 rails failed (1 problem(s)):'),
 ])
-def test_filters_of_the_role_data_reject(name, args, fragment):
-    with pytest.raises(AnsibleFilterError, match=fragment):
-        FILTERS[name](*args)
+def test_verdict(check, hostvars, play_hosts, problems, header):
+    found = verdict(check, hostvars, play_hosts, make_plan())
+    assert found['problems'] == problems
+    assert found['msg'] == ('\n'.join([header] + ['- ' + p for p in problems]) if problems else None)
+    result = run_verdict(check, hostvars, play_hosts)
+    assert result['changed'] is False and result['problems'] == problems
+    assert result.get('failed', False) is bool(problems) and result['msg'] == (found['msg'] or 'No %s problem on any node.' % check)
+
+
+def run_verdict(check, hostvars, play_hosts, plan=None):
+    task = mock.MagicMock()
+    task.args = {'check': check, 'plan': plan or make_plan()}
+    task.async_val = 0
+    task.check_mode = False
+    connection = mock.MagicMock()
+    connection._shell.tmpdir = None
+    action = verdict_action.ActionModule(task, connection, mock.MagicMock(), loader=None, templar=None, shared_loader_obj=None)
+    return action.run(task_vars={'hostvars': hostvars, 'ansible_play_hosts': list(play_hosts), 'inventory_hostname': play_hosts[0]})
+
+
+def test_the_verdict_names_itself_on_inputs_that_are_not_the_roles():
+    with pytest.raises(AnsibleActionFail, match='^cx7_netplan_verdict: netplan_files must be a list'):
+        run_verdict('preflight', preflight_hostvars(make_plan(), files={'spark-alpha': ['x']}), HOSTS)
