@@ -78,3 +78,36 @@ def relay_argv(command, options, rails=(), ssh=None):
         if (ssh or {}).get(name) is not None:
             argv += ['--' + name.replace('_', '-'), str(ssh[name])]
     return argv
+
+
+def _hostvar(hostvars, host, name):
+    """Variable ``name`` of ``host``, or None when the host or the variable is unknown."""
+    if host not in hostvars or name not in hostvars[host]:
+        return None
+    return hostvars[host][name]
+
+
+def routes(hostvars, plan, play_hosts, head, image=True):
+    """Who receives what, along which chain, and who sends, from what every node of the play found (the role's survey):
+    ``_distribute_image_id`` (the image it has, '' for none), ``_distribute_needs_model`` and ``_distribute_model_copy``
+    (its model_manifest comparison with the head's).
+
+    Returns ``image_targets`` (image_targets; none when ``image`` is false), ``model_targets`` (the nodes that lack some of
+    the model, in play order), ``any_work``, ``senders`` (the head and every node that passes a stream on: the only ones that
+    need the node-to-node key), ``image_chain`` (the image targets' rail-1 addresses, rank order), ``model_chain`` (the head's
+    and the model targets' rail addresses, rank order) and ``lacking`` (the model paths some target lacks or holds wrong).
+    """
+    hosts = list(play_hosts)
+    image_ids = dict((host, _hostvar(hostvars, host, '_distribute_image_id') or '') for host in hosts)
+    image_to = image_targets(hosts, head, image_ids, enabled=image)
+    model_to = [host for host in hosts if _hostvar(hostvars, host, '_distribute_needs_model')]
+    first_rail = plan['rails'][0]['name'] if plan.get('rails') else None
+    return {
+        'image_targets': image_to,
+        'model_targets': model_to,
+        'any_work': bool(image_to or model_to),
+        'senders': senders(plan, head, image_to, model_to),
+        'image_chain': chain(plan, image_to, rail=first_rail),
+        'model_chain': chain(plan, model_to, head=head),
+        'lacking': lacking_files([_hostvar(hostvars, host, '_distribute_model_copy') or {} for host in model_to]),
+    }

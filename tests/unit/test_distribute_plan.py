@@ -1,8 +1,14 @@
-"""Table tests for the distribute role's computations (plugins/plugin_utils/distribute_plan.py and its filters)."""
+"""Table tests for the distribute role's computations (plugins/plugin_utils/distribute_plan.py), its action distribute_routes
+and its filter distribute_relay_argv."""
+from unittest import mock
+
 import pytest
 
+from ansible.errors import AnsibleActionFail, AnsibleFilterError
+from ansible_collections.dgxspark.cluster.plugins.action import distribute_routes as routes_action
+from ansible_collections.dgxspark.cluster.plugins.filter.distribute_relay_argv import FilterModule
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils.distribute_plan import (
-    RELAY, chain, image_targets, lacking_files, relay_argv, senders)
+    RELAY, chain, image_targets, lacking_files, relay_argv, routes, senders)
 
 PLAN = {
     'rails': [{'name': 'rail1'}, {'name': 'rail2'}],
@@ -113,3 +119,65 @@ def test_senders(image_targets_, model_targets, expected):
 def test_senders_refuse_a_host_outside_the_plan():
     with pytest.raises(ValueError, match='not nodes of the plan: spark-omega'):
         senders(PLAN, 'spark-alpha', ['spark-omega'], [])
+
+
+HOSTS = [n['host'] for n in PLAN['nodes']]
+COPY_OK = {'complete': True, 'missing': [], 'wrong': []}
+
+
+def survey(image_ids, lacking):
+    """Every node's findings as the role's survey leaves them: its image ID, and what it lacks of the model (head: nothing)."""
+    return dict((host, {'_distribute_image_id': image_ids.get(host, ''), '_distribute_needs_model': host in lacking,
+                        '_distribute_model_copy': dict(COPY_OK, complete=False, **lacking[host]) if host in lacking else COPY_OK})
+                for host in HOSTS)
+
+
+@pytest.mark.parametrize('found, image, expected', [
+    # converged: nothing to send, nobody gets the key
+    (survey(dict((h, 'sha256:1') for h in HOSTS), {}), True,
+     {'image_targets': [], 'model_targets': [], 'any_work': False, 'senders': [], 'image_chain': [],
+      'model_chain': [PLAN['nodes'][0]['rail_addresses']], 'lacking': []}),
+    # one node without the image, two lacking model files (listed out of rank order)
+    (survey({'spark-alpha': 'sha256:1', 'spark-beta': 'sha256:1', 'spark-gamma': 'sha256:0', 'spark-delta': 'sha256:1'},
+            {'spark-delta': {'missing': ['b', 'a']}, 'spark-beta': {'missing': ['a'], 'wrong': ['c']}}), True,
+     {'image_targets': ['spark-gamma'], 'model_targets': ['spark-beta', 'spark-delta'], 'any_work': True,
+      'senders': ['spark-alpha', 'spark-beta'], 'image_chain': ['192.168.100.12'],
+      'model_chain': [PLAN['nodes'][i]['rail_addresses'] for i in (0, 1, 3)], 'lacking': ['a', 'c', 'b']}),
+    # the image not distributed: no image target whatever the IDs
+    (survey({'spark-alpha': 'sha256:1'}, {}), False,
+     {'image_targets': [], 'any_work': False, 'senders': []}),
+    # the head without an image: nothing to send
+    (survey({'spark-beta': 'sha256:1'}, {}), True, {'image_targets': [], 'any_work': False}),
+])
+def test_routes(found, image, expected):
+    result = routes(found, PLAN, HOSTS, 'spark-alpha', image=image)
+    assert dict((key, result[key]) for key in expected) == expected
+
+
+def run_routes(args, hostvars):
+    task = mock.MagicMock()
+    task.args = args
+    task.async_val = 0
+    task.check_mode = False
+    connection = mock.MagicMock()
+    connection._shell.tmpdir = None
+    action = routes_action.ActionModule(task, connection, mock.MagicMock(), loader=None, templar=None, shared_loader_obj=None)
+    return action.run(task_vars={'hostvars': hostvars, 'ansible_play_hosts': list(HOSTS), 'inventory_hostname': HOSTS[0]})
+
+
+def test_the_routes_action():
+    found = survey({'spark-alpha': 'sha256:1'}, {'spark-gamma': {'missing': ['x']}})
+    result = run_routes({'plan': PLAN, 'head': 'spark-alpha', 'image': 'yes'}, found)
+    assert result['changed'] is False and not result.get('failed')
+    assert dict((key, result[key]) for key in routes(found, PLAN, HOSTS, 'spark-alpha')) == routes(found, PLAN, HOSTS, 'spark-alpha')
+    assert result['image_targets'] == HOSTS[1:] and result['senders'] == ['spark-alpha', 'spark-beta', 'spark-gamma']
+    with pytest.raises(AnsibleActionFail, match='^distribute_routes: not nodes of the plan: spark-omega'):
+        run_routes({'plan': PLAN, 'head': 'spark-omega'}, found)
+
+
+def test_the_relay_filter():
+    filters = FilterModule().filters()
+    assert list(filters) == ['distribute_relay_argv']   # who receives what is the action distribute_routes (issue 47)
+    assert filters['distribute_relay_argv']('image', {'source': 'x'}) == RELAY + ['image', '--source', 'x']
+    with pytest.raises(AnsibleFilterError, match='^distribute_relay_argv: '):
+        filters['distribute_relay_argv']('image', 'not options')
