@@ -177,6 +177,17 @@ def test_the_last_request_the_api_logged(lines, expected):
     assert node_ctl.last_request(lines) == expected
 
 
+@pytest.mark.parametrize("started_at, expected", [
+    # Docker keeps the log of a container's earlier runs: a start that failed after a life that served must not be
+    # taken for one that served (the lab's crash loop: the engine's old requests were still in the last 400 lines).
+    ("2026-12-06T03:33:05.000000000Z", None),
+    ("2026-12-06T03:33:01.000000000Z", {"time": "2026-12-06T03:33:04Z", "method": "POST", "path": "/v1/completions",
+                                        "status": 500, "client": "172.31.240.1"}),
+])
+def test_only_the_requests_of_the_container_s_last_run_count(started_at, expected):
+    assert node_ctl.last_request(_dead_engine_lines(), node_ctl.stamp_seconds(started_at)) == expected
+
+
 def test_container_view_and_meminfo_from_real_output_shapes():
     inspected = {"RestartCount": 2,
                  "State": {"Status": "exited", "Running": False, "ExitCode": 0, "StartedAt": "2026-11-27T02:00:00.5Z"}}

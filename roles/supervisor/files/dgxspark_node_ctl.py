@@ -83,11 +83,15 @@ def container_view(inspected, last_log_line, now):
             "last_log_line": _COLOUR.sub("", text)[-300:]}
 
 
-def last_request(log_lines):
+def last_request(log_lines, since=None):
     """The last request that the API logged ({time, method, path, status, client}) in `docker logs --timestamps` lines,
-    leaving out the collection's own /health and /metrics; None when there is none."""
+    leaving out the collection's own /health and /metrics; None when there is none. since: the container's last start
+    (epoch seconds): Docker keeps the log of its earlier runs, whose requests say nothing of this one."""
     for line in reversed(log_lines):
         stamp, _space, text = line.partition(" ")
+        logged_at = stamp_seconds(stamp)
+        if since is not None and logged_at is not None and logged_at < since:
+            return None
         match = _ACCESS.search(_COLOUR.sub("", text))
         if match and match.group("path").split("?")[0] not in _OWN_PATHS:
             logged = _STAMP.match(stamp)
@@ -109,14 +113,15 @@ def look(config, now=None):
         if done.returncode != 0:
             continue  # missing: the supervisor sees it absent
         inspected = json.loads(done.stdout)[0]
-        running = bool((inspected.get("State") or {}).get("Running"))
+        state = inspected.get("State") or {}
+        running = bool(state.get("Running"))
         # A container that stopped: enough of its log to name the request that preceded its end. Docker gives its
         # stdout and stderr apart; their timestamps put them back in order.
         logs = _docker("logs", "--timestamps", "--tail", "1" if running else str(_LOG_LINES_READ), name)
         last = sorted(logs.stdout.splitlines() + logs.stderr.splitlines())
         containers[name] = container_view(inspected, last[-1] if last else "", now)
         if not running:
-            containers[name]["last_request"] = last_request(last)
+            containers[name]["last_request"] = last_request(last, stamp_seconds(state.get("StartedAt")))
     try:
         with open(config.get("meminfo", "/proc/meminfo")) as handle:
             available = mem_available_kib(handle.read())
