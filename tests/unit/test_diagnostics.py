@@ -142,8 +142,10 @@ def test_the_module_refuses_no_lines(tmp_path):
     assert rc != 0 and result['msg'] == 'lines must be 1 or more, got 0'
 
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils.diagnostics import (  # noqa: E402
-    bundle_files, node_view, secret_hits)
+from ansible_collections.dgxspark.cluster.plugins.action.diagnostics_bundle import controller_secrets  # noqa: E402
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils import diagnostics_bundle  # noqa: E402
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.diagnostics_bundle import (  # noqa: E402
+    bundle_files, node_view, pack, secret_hits)
 
 
 def test_node_views_say_why_a_node_was_not_read():
@@ -192,7 +194,7 @@ def test_the_bundle_is_one_tarball_only_its_owner_reads(tmp_path):
     files = [{"path": "plan.json", "content": "{}"}, {"path": "spark-alpha/logs/dgxspark-ray.log", "content": "é\n"},
              {"path": "spark-alpha/versions.txt", "content": "os: Debian"}]
     dest = tmp_path / "new" / "b.tar.gz"
-    size = diagnostics.write_bundle(files, str(dest), "b", 1764236100)
+    size = diagnostics_bundle.write_bundle(files, str(dest), "b", 1764236100)
     assert size == dest.stat().st_size and stat.S_IMODE(dest.stat().st_mode) == 0o600
     assert stat.S_IMODE(dest.parent.stat().st_mode) == 0o700
     with tarfile.open(str(dest)) as bundle:
@@ -206,12 +208,89 @@ def test_the_bundle_is_one_tarball_only_its_owner_reads(tmp_path):
 
 def test_an_existing_directory_keeps_its_mode(tmp_path):
     tmp_path.chmod(0o1777)
-    diagnostics.write_bundle([{"path": "a", "content": ""}], str(tmp_path / "b.tar.gz"), "b", 0)
+    diagnostics_bundle.write_bundle([{"path": "a", "content": ""}], str(tmp_path / "b.tar.gz"), "b", 0)
     assert stat.S_IMODE(tmp_path.stat().st_mode) == 0o1777
 
 
 @pytest.mark.parametrize("path", ["/etc/passwd", "../x", "a/../../x", ""])
 def test_a_path_leaving_the_bundle_is_refused(tmp_path, path):
     with pytest.raises(ValueError, match="must stay inside the bundle"):
-        diagnostics.write_bundle([{"path": path, "content": ""}], str(tmp_path / "b.tar.gz"), "b", 0)
+        diagnostics_bundle.write_bundle([{"path": path, "content": ""}], str(tmp_path / "b.tar.gz"), "b", 0)
     assert not list(tmp_path.iterdir())
+
+
+NODE_VARS = {'spark-alpha': {'diagnose_node': {'sections': {'logs/dgxspark-vllm.log': 'served\n'}},
+                             'diagnose_cx7': {'devices': []}, 'diagnose_image': {'image_id': 'sha256:1'}},
+             'spark-beta': {'diagnose_node': {'unreachable': True, 'msg': 'No route to host'}}}
+
+
+@pytest.mark.parametrize('write', [True, False])
+def test_a_bundle_is_packed_with_the_nodes_not_read_named(tmp_path, write):
+    dest = tmp_path / 'b.tar.gz'
+    packed = pack(NODE_VARS, ['spark-alpha', 'spark-beta'], {}, {}, [API_KEY], str(dest), 'b', 0, write=write)
+    assert packed['files'] == 6 and packed['unread'] == ['spark-beta: No route to host']
+    assert dest.exists() == write and packed['bytes'] == (dest.stat().st_size if write else 0)
+
+
+def test_a_secret_left_in_a_node_log_writes_no_bundle(tmp_path):
+    leaky = dict(NODE_VARS, **{'spark-alpha': dict(NODE_VARS['spark-alpha'], diagnose_node={
+        'sections': {'logs/dgxspark-vllm.log': 'Authorization %s\n' % RAY_TOKEN}})})
+    with pytest.raises(diagnostics_bundle.SecretInBundle, match=r'a secret was found in spark-alpha/logs/dgxspark-vllm.log: '
+                                                                 r'the bundle was not written'):
+        pack(leaky, ['spark-alpha', 'spark-beta'], {}, {}, [API_KEY, RAY_TOKEN + '\n'], str(tmp_path / 'b.tar.gz'), 'b', 0)
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_controller_knows_its_secret_files_and_the_named_values_but_not_public_keys(tmp_path):
+    (tmp_path / 'vllm_api_key').write_text(API_KEY + '\n')
+    (tmp_path / 'distribute_ed25519').write_text('-----BEGIN OPENSSH PRIVATE KEY-----\nabc\n')
+    (tmp_path / 'distribute_ed25519.pub').write_text('ssh-ed25519 AAAAC3Nz public')
+    (tmp_path / 'sub').mkdir()
+    assert controller_secrets(str(tmp_path), [HF_TOKEN, '', None]) == [
+        '-----BEGIN OPENSSH PRIVATE KEY-----\nabc\n', API_KEY + '\n', HF_TOKEN]
+    assert controller_secrets(str(tmp_path / 'missing'), []) == []
+
+
+PLAYBOOK = '''
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - dgxspark.cluster.diagnostics_bundle:
+        nodes: [spark-alpha, spark-beta]
+        plan: {head: spark-alpha}
+        secrets_dir: "{{ secrets }}"
+        secret_vars: [vllm_container_api_key]
+        dest: "{{ dest }}"
+        top: b
+      register: bundle
+    - ansible.builtin.debug:
+        msg: "BUNDLE {{ bundle.files }} {{ bundle.unread | join(';') }}"
+'''
+
+
+@pytest.mark.parametrize('log, check, expected', [
+    ('served\n', False, 'BUNDLE 6 spark-beta: No route to host'),
+    ('served\n', True, 'BUNDLE 6 spark-beta: No route to host'),
+    ('key %s\n' % API_KEY, False, 'diagnostics_bundle: a secret was found in spark-alpha/logs/dgxspark-vllm.log'),
+])
+def test_the_action_reads_every_node_registered_and_the_controller_secrets(tmp_path, log, check, expected):
+    """Through ansible-playbook: the nodes' variables come from hostvars (no node is contacted), the API key from the
+    first node's vaulted variable."""
+    playbook = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', '.venv', 'bin', 'ansible-playbook')
+    inventory = tmp_path / 'hosts.yml'
+    inventory.write_text(json.dumps({'all': {'hosts': {
+        'localhost': {'ansible_connection': 'local'},
+        'spark-alpha': {'vllm_container_api_key': API_KEY, 'diagnose_node': {'sections': {'logs/dgxspark-vllm.log': log}},
+                        'diagnose_cx7': {'devices': []}, 'diagnose_image': {'image_id': 'sha256:1'}},
+        'spark-beta': {'diagnose_node': {'unreachable': True, 'msg': 'No route to host'}}}}}))
+    (tmp_path / 'play.yml').write_text(PLAYBOOK)
+    (tmp_path / 'secrets').mkdir()
+    dest = tmp_path / 'out' / 'b.tar.gz'
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=COLLECTIONS_PATH, ANSIBLE_NOCOLOR='1', ANSIBLE_FORCE_COLOR='0')
+    proc = subprocess.run([playbook, '-i', str(inventory), str(tmp_path / 'play.yml'), '-e', 'secrets=%s' % (tmp_path / 'secrets'),
+                           '-e', 'dest=%s' % dest] + (['--check'] if check else []),
+                          capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=300, check=False)
+    assert expected in proc.stdout, proc.stdout + proc.stderr
+    assert (proc.returncode == 0) == expected.startswith('BUNDLE')
+    assert dest.exists() == (expected.startswith('BUNDLE') and not check)
+    assert API_KEY not in proc.stdout + proc.stderr
