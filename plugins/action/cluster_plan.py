@@ -21,7 +21,7 @@ from ansible_collections.dgxspark.cluster.plugins.plugin_utils.inventory_schema 
 )
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils.profile_schema import site_patches
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils.secrets_dir import controller_secrets_dir, secrets_dir_problem
-from ansible_collections.dgxspark.cluster.plugins.plugin_utils import role_inputs
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils import role_inputs, role_networks
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils import serving_command
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils.inventory_names import (
     known_names,
@@ -103,7 +103,7 @@ def port_defaults(specs):
     """(Ray's ports, {single port variable: default}) as the roles' argument specs state them."""
     options = dict((name, spec) for role in specs.values() for name, spec in role.items())
     ray = dict((options.get('ray_cluster_ports') or {}).get('default') or {})
-    single = dict((name, (options.get(name) or {}).get('default')) for name, _what in role_inputs.SINGLE_PORTS)
+    single = dict((name, (options.get(name) or {}).get('default')) for name, _what in role_networks.SINGLE_PORTS)
     return ray, single
 
 
@@ -243,13 +243,15 @@ class ActionModule(ActionBase):
         specs = role_inputs.role_specs(COLLECTION_ROOT)
         problems.extend(role_inputs.spec_problems(role_values, specs))
         problems.extend(role_inputs.value_problems(role_values))
+        problems.extend(role_inputs.order_problems(role_values, role_inputs.spec_defaults(specs)))
         problems.extend(role_inputs.format_problems(role_values))
         problems.extend(role_inputs.secret_problems(role_values))
         problems.extend(role_inputs.planned_option_problems(role_values))
         problems.extend(role_inputs.planned_environment_problems(role_values))
         problems.extend(role_inputs.api_key_problems(role_values, (plan_groups['head'] or [''])[0]))
-        problems.extend(role_inputs.port_problems(role_values, *port_defaults(specs)))
-        network_problems, network_warnings = role_inputs.api_network_problems(role_values)
+        problems.extend(role_networks.port_problems(role_values, *port_defaults(specs)))
+        network_problems, network_warnings = role_networks.allowed_network_problems(role_values)
+        problems.extend(role_networks.prometheus_host_problems(role_values, node_hosts))
         problems.extend(network_problems)
         try:
             plan = build_plan(plan_groups, node_vars, profiles, presets=presets, presets_by=presets_by)
@@ -265,14 +267,14 @@ class ActionModule(ActionBase):
                 self._templar.template(task_vars.get('dgxspark_site_patches') or []),
                 os.path.abspath(os.path.expanduser(str(site_dir))) if site_dir else '', plan['patches'])
             problems.extend(site_problems)
-            problems.extend(role_inputs.management_overlap_problems(
+            problems.extend(role_networks.management_overlap_problems(
                 dict((host, values['ansible_host']) for host, values in role_values.items() if 'ansible_host' in values),
                 plan['rails']))
-            problems.extend(role_inputs.api_rail_overlap_problems(role_values, plan['rails']))
+            problems.extend(role_networks.allowed_network_rail_overlap_problems(role_values, plan['rails']))
             problems.extend(role_inputs.remote_code_problems(role_values, plan['model_revision'], plan['hf_repo']))
             # The backend and its rendezvous as the plan resolved them (inventory, overrides, defaults).
-            problems.extend(role_inputs.backend_problems(role_values, plan['executor_backend'],
-                                                         plan['variables']['dgxspark_mp_master_port'], port_defaults(specs)[1]))
+            problems.extend(role_inputs.backend_problems(role_values, plan['executor_backend']))
+            problems.extend(role_networks.rendezvous_port_problems(role_values, plan['mp_master'], port_defaults(specs)[1]))
         problems.extend(self._secrets_dir_problems(hostvars, plan_groups['head']))
         if not presets and any(p.startswith('dgxspark_model_profile is not set') for p in problems):
             notes = notes + ['The model may come from the playbook you will run: plan with its presets, '
@@ -289,6 +291,8 @@ class ActionModule(ActionBase):
             return result
         head = plan['head']
         inputs, input_problems = self._command_inputs(templated, [node['host'] for node in plan['nodes']])
+        # The commands' inputs as each node resolves them (dgxspark_serving_image included), in the forms they need.
+        input_problems.extend(role_inputs.format_problems(inputs))
         if not input_problems:
             try:
                 plan['containers'] = serving_command.serving_containers(plan, inputs)
@@ -300,13 +304,13 @@ class ActionModule(ActionBase):
                           msg='The serving commands cannot be planned for the inventory %s: see the problems below.'
                           % inventory_sources(task_vars))
             return result
-        plan['serving'] = role_inputs.serving_names(role_values.get(head, {}), specs, plan)
+        plan['serving'] = role_networks.serving_names(role_values.get(head, {}), specs, plan)
         plan['serving']['paths'] = dict(serving_command.PATHS)
-        plan['api'] = role_inputs.api_endpoint(head, role_values.get(head, {}), plan['hf_repo'],
+        plan['api'] = role_networks.api_endpoint(head, role_values.get(head, {}), plan['hf_repo'],
                                                port_defaults(specs)[1]['vllm_container_port'], self._key_dir(hostvars, head))
         plan['warnings'] = role_inputs.input_warnings(
-            plan['variables'], network_warnings + role_inputs.api_reach_warnings(role_values, head)
-            + role_inputs.monitoring_reach_warnings(role_values, head))
+            plan['variables'], network_warnings + role_networks.api_reach_warnings(role_values, head)
+            + role_networks.monitoring_reach_warnings(role_values, head))
         result['plan'] = plan
         result['table'] = render_plan_table(plan, inventory_sources(task_vars)) + serving_command.command_lines(plan['containers'])
         return result

@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import math
 
-from ansible_collections.dgxspark.cluster.plugins.plugin_utils.role_inputs import REVIEWED_COMMIT as COMMIT, interface_name_problem
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.role_inputs import REVIEWED_COMMIT as COMMIT
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.role_networks import interface_name_problem
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils.profile_schema import (
     plan_patches,
     validate_patches,

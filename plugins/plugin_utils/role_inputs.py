@@ -9,8 +9,8 @@
   ``SECRET_ENVIRONMENT`` list them, each with the supported way (a variable that becomes a 0600 file).
 - What the specs cannot state: ranges (``BOUNDS``) and the forms of values written as they are into a file or a command
   line (``FORMATS``, ``ITEMS``: a memlock limit, a drop-in path, earlyoom's names...). A role restates none of these.
-- The cross-checks the plan owns: no two services on one port of a node, nothing inside Ray's worker port range, API
-  networks that parse.
+- The cross-checks of ports and networks (no two services on one port of a node, nothing inside Ray's worker port range,
+  allowed networks that parse) are in role_networks.py.
 - Risky but legal choices are said out loud (``input_warnings``).
 
 Every function returns every problem at once, each naming the variable, the hosts when not every node, and the fix.
@@ -19,7 +19,6 @@ Every function returns every problem at once, each naming the variable, the host
 from __future__ import annotations
 
 import functools
-import ipaddress
 import os
 import re
 
@@ -27,7 +26,6 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.parsing.convert_bool import boolean
 
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils.inventory_schema import plain, type_word
-from ansible_collections.dgxspark.cluster.plugins.plugin_utils.vllm_args import executor_rendezvous
 
 try:
     import yaml
@@ -93,13 +91,6 @@ PLANNED_ENVIRONMENT = {
 # vLLM options only its Ray executor reads (any other ray_* option too): with mp they would be ignored.
 RAY_ONLY_OPTION_PREFIX = 'ray_'
 
-# The TCP ports each node opens, by the variable that sets them (ray_cluster_ports is a map of its own).
-SINGLE_PORTS = (
-    ('vllm_container_port', 'the vLLM API'),
-    ('fabric_check_nccl_port', "the NCCL test's rendezvous"),
-    ('fabric_check_ib_base_port', "ib_write_bw's first port"),
-)
-RAY_WORKER_RANGE = ('min_worker', 'max_worker')
 # Bounds the argument specs cannot state (they type a value, not its range): (lowest, highest or None, why).
 BOUNDS = {
     'os_hardening_swappiness': (0, 200, 'vm.swappiness takes 0 to 200; 1, the default, swaps only as a last resort'),
@@ -121,7 +112,30 @@ BOUNDS = {
     'fabric_check_ib_duration': (1, None, 'seconds'),
     'fabric_check_ib_qps': (1, None, 'a count of queue pairs'),
     'fabric_check_nccl_memory_fraction': (0.01, 0.9, 'a fraction of the node memory, leaving room for the OS'),
+    'supervisor_interval_s': (1, None, 'seconds between two probes'),
+    'supervisor_deadline_s': (1, None, 'seconds a probe may take'),
+    'supervisor_failures_to_restart': (1, None, 'a count of failed probes in a row'),
+    'supervisor_grace_s': (1, None, 'seconds'),
+    'supervisor_stall_s': (1, None, 'seconds'),
+    'supervisor_frozen_s': (1, None, 'seconds'),
+    'supervisor_memory_wait_s': (1, None, 'seconds'),
+    'supervisor_stop_timeout_s': (1, None, 'seconds'),
+    'supervisor_budget_restarts': (0, None, 'a count of restarts; 0 never restarts'),
+    'supervisor_budget_window_s': (1, None, 'seconds'),
+    'supervisor_crash_budget_restarts': (0, None, 'a count of restarts; 0 never restarts'),
+    'supervisor_crash_backoff_s': (1, None, 'seconds'),
+    'supervisor_crash_backoff_max_s': (1, None, 'seconds'),
+    'monitoring_scrape_interval_s': (1, None, 'seconds'),
+    'monitoring_evaluation_interval_s': (1, None, 'seconds'),
+    'monitoring_node_metrics_interval_s': (1, None, 'seconds'),
 }
+# Pairs of values where the first may not exceed the second: (smaller, larger, why).
+ORDERS = (
+    ('supervisor_deadline_s', 'supervisor_interval_s', 'a probe ends before the next one starts'),
+    ('supervisor_crash_backoff_s', 'supervisor_crash_backoff_max_s', 'the first wait after a crash doubles up to the most'),
+    ('vllm_container_stall_timeout', 'vllm_container_ready_timeout', 'a load that stalls is stopped before the deadline of '
+     'the whole load'),
+)
 EPHEMERAL_PORTS = 'node_firewall_ephemeral_ports'
 # [MIN, MAX] MHz for `nvidia-smi -lgc MIN,MAX` at boot; [] leaves the driver's own clocks.
 GPU_CLOCKS = 'os_hardening_gpu_clocks_mhz'
@@ -143,6 +157,13 @@ FORMATS = {
     'os_hardening_sysctl_file': (re.compile(r'/etc/sysctl\.d/[^/]+\.conf'),
                                  'not a .conf file directly under /etc/sysctl.d/ (systemd-sysctl reads no other name): use '
                                  'e.g. /etc/sysctl.d/90-dgxspark-os.conf (the default)'),
+    'cx7_netplan_file_name': (re.compile(r'[A-Za-z0-9_][A-Za-z0-9_.-]*\.yaml'),
+                              'not a plain file name ending in .yaml (netplan reads only *.yaml from its directory): use '
+                              'e.g. 40-cx7.yaml (the default)'),
+    'ray_cluster_image': (re.compile(r'[^\s]+'), 'not an image reference (empty or with spaces): set dgxspark_serving_image, '
+                          'e.g. vllm/vllm-openai:v0.33.0'),
+    'vllm_container_image': (re.compile(r'[^\s]+'), 'not an image reference (empty or with spaces): set '
+                             'dgxspark_serving_image, e.g. vllm/vllm-openai:v0.33.0'),
     'os_hardening_limits_file': (re.compile(r'/etc/security/limits\.d/[^/]+\.conf'),
                                  'not a .conf file directly under /etc/security/limits.d/ (pam_limits reads no other name '
                                  "there; /etc/security/limits.conf itself is never edited): use e.g. "
@@ -163,9 +184,6 @@ ITEMS = {
 # Inputs a role reads only while a switch is on (each switch defaults to on): what it would never use is not refused.
 SWITCHED_BY = dict((name, 'os_hardening_earlyoom') for name in (
     'os_hardening_earlyoom_mem_percent', 'os_hardening_earlyoom_prefer', 'os_hardening_earlyoom_avoid'))
-API_CIDR_VARIABLES = ('dgxspark_api_allowed_cidrs', 'node_firewall_api_allowed_cidrs')
-# Linux: IFNAMSIZ 16 with the NUL; written into netplan files, nft rules and NCCL_SOCKET_IFNAME, so nothing to quote.
-INTERFACE_NAME = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.-]{0,14}$')
 
 
 def _where(hosts, all_hosts):
@@ -260,6 +278,28 @@ def _number(value):
         return float(value)
     except (TypeError, ValueError):
         return None  # the spec check names a value of the wrong type
+
+
+def order_problems(values_by_host, defaults):
+    """Pairs of values in the wrong order (ORDERS), each value as the node sets it, else its role's default (defaults:
+    {variable: default}, spec_defaults)."""
+    found = {}
+    for host, values in values_by_host.items():
+        for smaller, larger, why in ORDERS:
+            if smaller not in values and larger not in values:
+                continue
+            low, high = (_number(values.get(name, defaults.get(name))) for name in (smaller, larger))
+            if low is not None and high is not None and low > high:
+                text = '%s is %s, above %s %s: give it at most %s (%s)' % (
+                    smaller, values.get(smaller, defaults.get(smaller)), larger, values.get(larger, defaults.get(larger)),
+                    larger, why)
+                found.setdefault(text, set()).add(host)
+    return _merge(found, values_by_host)
+
+
+def spec_defaults(specs):
+    """{variable: the default its role's argument spec states} (specs: role_specs)."""
+    return dict((name, spec.get('default')) for role in specs.values() for name, spec in role.items() if 'default' in spec)
 
 
 def value_problems(values_by_host):
@@ -435,9 +475,9 @@ def remote_code_problems(values_by_host, revision, hf_repo):
     return _merge(found, values_by_host)
 
 
-def backend_problems(values_by_host, backend, master_port, single_defaults):
-    """The options an executor backend owns, set in an options map (any backend); with mp, the options only Ray takes
-    and a master port that another service of the node has."""
+def backend_problems(values_by_host, backend):
+    """The options an executor backend owns, set in an options map (any backend); with mp, the options only Ray takes.
+    (The mp rendezvous' port is checked with the node's other ports: role_networks.rendezvous_port_problems.)"""
     found = {}
     mp = backend == 'mp'
     for host, values in values_by_host.items():
@@ -454,272 +494,7 @@ def backend_problems(values_by_host, backend, master_port, single_defaults):
                     text = ('%s sets %s, an option of vLLM\'s Ray executor, but dgxspark_executor_backend is mp: no Ray '
                             'runs; remove it, or use the ray backend' % (variable, key))
                     found.setdefault(text, set()).add(host)
-        if mp and _port(master_port) is not None:
-            for variable, what in SINGLE_PORTS:
-                if _port(values.get(variable, single_defaults.get(variable))) == _port(master_port):
-                    text = ('dgxspark_mp_master_port is %s, the port of %s (%s): give the mp rendezvous its own port'
-                            % (master_port, variable, what))
-                    found.setdefault(text, set()).add(host)
     return _merge(found, values_by_host)
-
-
-def _port(value):
-    """An int port or None (the spec check reports a value of the wrong type)."""
-    try:
-        port = int(value)
-    except (TypeError, ValueError):
-        return None
-    return port if str(value).strip().lstrip('+').isdigit() else None
-
-
-def ray_ports_problems(given, ray_defaults):
-    """What is wrong with a ray_cluster_ports map the inventory gives: the role takes every key, each a port."""
-    if not isinstance(given, dict):
-        return []  # the spec check says it is no map
-    problems = []
-    missing = sorted(set(ray_defaults) - set(given))
-    unknown = sorted(set(given) - set(ray_defaults))
-    if missing:
-        problems.append('ray_cluster_ports lacks %s: the map replaces the role\'s whole default, so give every key (%s)'
-                        % (', '.join(missing), ', '.join('%s: %s' % (k, ray_defaults[k]) for k in sorted(ray_defaults))))
-    if unknown:
-        problems.append('ray_cluster_ports has %s, which Ray does not take here: the keys are %s'
-                        % (', '.join(str(k) for k in unknown), ', '.join(sorted(ray_defaults))))
-    for key in sorted(set(given) & set(ray_defaults)):
-        if _port(given[key]) is None:
-            problems.append('ray_cluster_ports.%s is %r, not a port number: use 1 to 65535' % (key, given[key]))
-    return problems
-
-
-def node_ports(values, ray_defaults, single_defaults):
-    """[(port, what)] a node opens, and (min, max) of Ray's worker range (or None): its values, else the defaults."""
-    ports = []
-    ray = values.get('ray_cluster_ports') if isinstance(values.get('ray_cluster_ports'), dict) else dict(ray_defaults)
-    for key in sorted(ray):
-        if key in RAY_WORKER_RANGE:
-            continue
-        port = _port(ray[key])
-        if port is not None:
-            ports.append((port, 'ray_cluster_ports.%s' % key))
-    for variable, what in SINGLE_PORTS:
-        port = _port(values.get(variable, single_defaults.get(variable)))
-        if port is not None:
-            ports.append((port, '%s (%s)' % (variable, what)))
-    ssh = values.get('node_firewall_ssh_port', values.get('ansible_port', 22))
-    if _port(ssh) is not None:
-        ports.append((_port(ssh), 'SSH (node_firewall_ssh_port, else ansible_port)'))
-    low, high = _port(ray.get('min_worker')), _port(ray.get('max_worker'))
-    return ports, ((low, high) if low is not None and high is not None else None)
-
-
-def port_problems(values_by_host, ray_defaults, single_defaults):
-    """Per node: ports outside 1-65535, two services on one port, a fixed port inside Ray's worker range."""
-    found = {}
-    for host, values in values_by_host.items():
-        for text in ray_ports_problems(values.get('ray_cluster_ports'), ray_defaults):
-            found.setdefault(text, set()).add(host)
-        for text in firewall_mismatches(values, ray_defaults, single_defaults):
-            found.setdefault(text, set()).add(host)
-        ports, workers = node_ports(values, ray_defaults, single_defaults)
-        by_port = {}
-        for port, what in ports:
-            if not 1 <= port <= 65535:
-                found.setdefault('%s is %d, not a TCP port: use 1 to 65535' % (what, port), set()).add(host)
-            by_port.setdefault(port, []).append(what)
-        for port, users in sorted(by_port.items()):
-            if len(users) > 1:
-                text = 'port %d is given to %s: give each service its own port' % (port, ' and '.join(users))
-                found.setdefault(text, set()).add(host)
-        if workers:
-            low, high = workers
-            if low > high:
-                found.setdefault('ray_cluster_ports: min_worker %d is above max_worker %d: give a range low to high'
-                                 % (low, high), set()).add(host)
-            for port, what in ports:
-                if low <= port <= high:
-                    text = ('%s is %d, inside Ray\'s worker port range %d-%d (ray_cluster_ports.min_worker/max_worker), '
-                            'where a Ray worker may already listen: move it out of the range' % (what, port, low, high))
-                    found.setdefault(text, set()).add(host)
-    return _merge(found, values_by_host)
-
-
-def firewall_mismatches(values, ray_defaults, single_defaults):
-    """The firewall's own copies of the ports (they default to the serving roles') set apart from what is served."""
-    problems = []
-    served = _port(values.get('vllm_container_port', single_defaults.get('vllm_container_port')))
-    guarded = values.get('node_firewall_api_port')
-    if guarded is not None and _port(guarded) != served:
-        problems.append('node_firewall_api_port is %s but vLLM listens on vllm_container_port %s: the firewall would guard '
-                        'the wrong port; remove node_firewall_api_port (it follows vllm_container_port)' % (guarded, served))
-    ray = values.get('ray_cluster_ports', ray_defaults)
-    opened = values.get('node_firewall_ray_ports')
-    if isinstance(opened, dict) and isinstance(ray, dict) and \
-            dict((k, _port(v)) for k, v in opened.items()) != dict((k, _port(v)) for k, v in ray.items()):
-        problems.append('node_firewall_ray_ports differs from ray_cluster_ports: the firewall would open other ports than Ray '
-                        'uses; remove node_firewall_ray_ports (it follows ray_cluster_ports)')
-    return problems
-
-
-def _api_network_lists(values_by_host):
-    """(host, variable, value) for every API network variable a host sets."""
-    for host, values in values_by_host.items():
-        for variable in API_CIDR_VARIABLES:
-            if values.get(variable) is not None:
-                yield host, variable, values[variable]
-
-
-def api_network_problems(values_by_host):
-    """API networks that do not parse as the firewall takes them (IPv4 networks, no host bits); returns (problems,
-    warnings): a network open to the world is legal, and said."""
-    problems, warnings = {}, {}
-    for host, variable, given in _api_network_lists(values_by_host):
-        if isinstance(given, str) or not isinstance(given, (list, tuple)):
-            problems.setdefault('%s is %r: give a list of IPv4 networks like [10.0.0.0/24]' % (variable, given),
-                                set()).add(host)
-            continue
-        for item in given:
-            text = _network_problem(variable, item)
-            if text:
-                problems.setdefault(text, set()).add(host)
-            elif ipaddress.ip_network(str(item)).prefixlen == 0:
-                warnings.setdefault('%s has %s: the vLLM API is open to every address that reaches the nodes'
-                                    % (variable, item), set()).add(host)
-    return _merge(problems, values_by_host), _merge(warnings, values_by_host)
-
-
-def _network_problem(variable, item):
-    """Why one API network is refused, or None. The firewall role takes IPv4 networks of two or more addresses."""
-    text = str(item).strip()
-    try:
-        net = ipaddress.ip_network(text, strict=False)
-    except ValueError:
-        return '%s has %r, not an IPv4 network: write it like 10.0.0.0/24' % (variable, item)
-    if net.version != 4:
-        return '%s has %s, an IPv6 network: the firewall takes IPv4 networks only' % (variable, text)
-    if '/' not in text or net.prefixlen == 32:
-        return '%s has %s, a single address: write the network it belongs to, like %s' % (
-            variable, text, ipaddress.ip_network(text.split('/', 1)[0] + '/24', strict=False))
-    if str(net) != text:
-        return '%s has %s, which has host bits set: did you mean %s?' % (variable, text, net)
-    return None
-
-
-def management_overlap_problems(management_by_host, rails):
-    """A node whose management address (ansible_host, when it is an address) lies in a rail's subnet: the rails need
-    subnets of their own, or the kernel routes Ansible, Ray and NCCL over whichever interface it meets first."""
-    problems = []
-    for host, address in sorted(management_by_host.items()):
-        try:
-            ip = ipaddress.ip_address(str(address))
-        except ValueError:
-            continue  # a name: resolved on the way, nothing to compare here
-        for rail in rails:
-            if ip.version == 4 and ip in ipaddress.ip_network(rail['subnet']):
-                problems.append('%s: its management address %s (ansible_host) is inside %s\'s subnet %s: give the rails '
-                                'subnets no other network of the nodes uses (dgxspark_rails)'
-                                % (host, ip, rail['name'], rail['subnet']))
-    return problems
-
-
-def api_rail_overlap_problems(values_by_host, rails):
-    """An API network that overlaps a rail's subnet: the firewall opens every port to the rails (Ray, NCCL, the
-    distribution's SSH key), so API clients inside a rail subnet, or a rail inside the clients' network, reach all
-    of that, not only the API. A world-open network (/0) is the warning api_network_problems gives, not this."""
-    found = {}
-    for host, variable, given in _api_network_lists(values_by_host):
-        # A value that is no list, or an item that is no network, is refused on its own by api_network_problems.
-        valid = [item for item in given if not _network_problem(variable, item)] if isinstance(given, (list, tuple)) else []
-        for net in (ipaddress.ip_network(str(item).strip()) for item in valid):
-            for subnet, name in ((ipaddress.ip_network(rail['subnet']), rail['name']) for rail in rails):
-                if net.prefixlen and net.overlaps(subnet):
-                    found.setdefault('%s has %s, which overlaps %s\'s subnet %s: the rails are trusted with every '
-                                     'port (Ray, NCCL, the distribution key), so API clients must be on another network '
-                                     '(or the rails on subnets of their own: dgxspark_rails)'
-                                     % (variable, net, name, subnet), set()).add(host)
-    return _merge(found, values_by_host)
-
-
-def interface_name_problem(where, name):
-    """Why a netdev name cannot be a Linux interface written into files and command lines, or None."""
-    if INTERFACE_NAME.match(str(name or '')):
-        return None
-    return ('%s is %r, not a Linux interface name: 1 to 15 letters, digits, _ . - (starting with a letter or digit), '
-            'as `ip link` shows it' % (where, name))
-
-
-def serving_names(head_values, specs, plan):
-    """What the roles agree on about the serving containers, as the inventory (the head's values) or the serving roles'
-    argument specs set it: the containers' names, the API port, Ray's ports, and which containers make a node's
-    release under the plan's backend (Ray: Ray's on every node and the engine's on the head; mp: vLLM's on every node).
-    Every role and playbook reads these from the plan instead of another role's variables."""
-    options = dict((name, spec) for role in specs.values() for name, spec in role.items())
-
-    def value(name):
-        return plain(head_values[name]) if name in head_values else (options.get(name) or {}).get('default')
-
-    engine, rank = value('vllm_container_name'), value('ray_cluster_container_name')
-    ray_ports = dict((options.get('ray_cluster_ports') or {}).get('default') or {})
-    if isinstance(head_values.get('ray_cluster_ports'), dict):
-        ray_ports.update(plain(head_values['ray_cluster_ports']))
-    # The plan's nodes[].runs name the kinds of container each node runs (Ray's, vLLM's), in start order.
-    names = {'ray': rank, 'vllm': engine}
-    return {
-        'engine_container': engine,
-        'ray_container': rank,
-        # the container every node runs: its vLLM rank with mp, Ray's otherwise
-        'node_container': names[plan['nodes'][-1]['runs'][0]],
-        'api_port': _port(value('vllm_container_port')),
-        'ray_ports': ray_ports,
-        # the engine's readiness deadlines (the supervisor's grace after a start), the monitoring's ports (the firewall's)
-        'ready_timeout': value('vllm_container_ready_timeout'),
-        'stall_timeout': value('vllm_container_stall_timeout'),
-        'prometheus_port': _port(value('monitoring_prometheus_port')),
-        'node_exporter_port': _port(value('monitoring_node_exporter_port')),
-        'release_containers': dict((node['host'], [names[kind] for kind in node['runs']]) for node in plan['nodes']),
-        # Under mp, rank 0's rendezvous as the head's readiness check watches it; None under Ray.
-        'rendezvous': executor_rendezvous(plan),
-    }
-
-
-def api_endpoint(head, head_values, hf_repo, port_default, key_dir):
-    """Where clients call the API and how (the deploy and status.yml print it): the head's address (ansible_host, else
-    its name), the port, the served name, and the file the controller keeps the generated key in, unless the inventory
-    gives the key itself (vllm_container_api_key)."""
-    address = head_values.get('ansible_host') or head
-    port = head_values.get('vllm_container_port', port_default)
-    return {
-        'host': str(address),
-        'port': _port(port) if _port(port) is not None else port,
-        'url': 'http://%s:%s/v1' % (address, port),
-        'served_model_name': str(head_values.get('vllm_container_served_model_name') or hf_repo),
-        # the generated key's file on the controller; unused when the inventory gives the key (vllm_container_api_key)
-        'api_key_file': os.path.join(str(key_dir), 'vllm_api_key'),
-        'api_key_given': bool(head_values.get('vllm_container_api_key')),
-    }
-
-
-def api_reach_warnings(values_by_host, head):
-    """The API networks the head's firewall lets in: none means that only the nodes and the rails reach the API, so the
-    curl line the deploy prints and benchmark.yml from the controller would be dropped."""
-    values = values_by_host.get(head) or {}
-    allowed = values.get('node_firewall_api_allowed_cidrs', values.get('dgxspark_api_allowed_cidrs', []))
-    if isinstance(allowed, (list, tuple)) and not allowed:
-        return ['dgxspark_api_allowed_cidrs is empty: only the nodes and the rails reach the vLLM API, so a client on '
-                'your network (and the curl line the deploy prints, or benchmark.yml from this controller) is dropped by '
-                'the firewall; set it to your clients\' network, e.g. [10.0.0.0/24]']
-    return []
-
-
-def monitoring_reach_warnings(values_by_host, head):
-    """Prometheus opened to a network: it has no authentication, and it answers queries of the engine's metrics that
-    the API key protects at the engine."""
-    values = values_by_host.get(head) or {}
-    allowed = values.get('node_firewall_monitoring_allowed_cidrs', values.get('dgxspark_monitoring_allowed_cidrs', []))
-    if isinstance(allowed, (list, tuple)) and allowed:
-        return ['dgxspark_monitoring_allowed_cidrs opens Prometheus to %s: it has no authentication, so anyone there '
-                'reads every metric it holds, the engine\'s included (requests, tokens, the model), which the API key '
-                'protects at the engine; keep it to the networks of your monitoring' % ', '.join(str(c) for c in allowed)]
-    return []
 
 
 def input_warnings(plan_variables, api_warnings):

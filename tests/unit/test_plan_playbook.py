@@ -326,6 +326,34 @@ def test_plan_refuses_bad_role_variables_all_at_once():
     assert 'sk-not-real' not in output and 'tok-not-real' not in output
 
 
+def test_the_rules_the_roles_asserted_late_are_the_plans_now():
+    """Issue 47: what the supervisor, monitoring, firewall, netplan and serving roles asserted on the node, after earlier
+    phases had changed it, the plan refuses before any host is contacted, every problem at once."""
+    import json  # pylint: disable=import-outside-toplevel
+    bad = {'supervisor_deadline_s': 45, 'monitoring_scrape_interval_s': 0, 'monitoring_prometheus_host': 'grafana',
+           'dgxspark_monitoring_allowed_cidrs': ['10.9.8.7'], 'cx7_netplan_file_name': '40-cx7.yml',
+           'vllm_container_stall_timeout': 4000}
+    result = run_plan('inventories/4node', '-e', json.dumps(bad))
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    for text in ['The cluster plan is invalid (6 problems)',
+                 'supervisor_deadline_s is 45, above supervisor_interval_s 30',
+                 'monitoring_scrape_interval_s is 0: use at least 1',
+                 "monitoring_prometheus_host is 'grafana', not a node of the cluster",
+                 'dgxspark_monitoring_allowed_cidrs has 10.9.8.7, a single address',
+                 "cx7_netplan_file_name is '40-cx7.yml': not a plain file name ending in .yaml",
+                 'vllm_container_stall_timeout is 4000, above vllm_container_ready_timeout 3600']:
+        assert text in output, (text, output)
+
+
+def test_an_empty_serving_image_is_refused_as_each_node_resolves_it():
+    result = run_plan('inventories/4node', '-e', '{"dgxspark_serving_image": ""}')
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    assert "ray_cluster_image is '': not an image reference (empty or with spaces): set dgxspark_serving_image" in output
+    assert "vllm_container_image is '': not an image reference" in output
+
+
 def test_a_deploy_for_the_mp_backend_with_bad_options_is_refused_by_the_plan_before_any_node_is_touched():
     """Issue 23: the options mp cannot take are refused with every other problem; the deploy stops at the plan (the recap
     has the controller alone: no task ran on any node; --check and a local connection in case one did)."""

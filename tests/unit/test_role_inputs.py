@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils import role_inputs as ri
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils import role_networks as rn
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SPECS = ri.role_specs(ROOT)
@@ -30,7 +31,7 @@ def test_specs_are_read_from_every_role_with_its_defaults():
     with open(os.path.join(ROOT, 'roles', 'ray_cluster', 'defaults', 'main.yml')) as handle:
         assert RAY == yaml.safe_load(handle)['ray_cluster_ports']
     options = dict((name, spec) for role in SPECS.values() for name, spec in role.items())
-    assert SINGLE == dict((name, options[name]['default']) for name, _what in ri.SINGLE_PORTS)
+    assert SINGLE == dict((name, options[name]['default']) for name, _what in rn.SINGLE_PORTS)
 
 
 @pytest.mark.parametrize('values, expected', [
@@ -168,7 +169,7 @@ def test_what_is_no_secret_passes(values):
     ({'node_firewall_ray_ports': dict(RAY, gcs=6390)}, ['node_firewall_ray_ports differs from ray_cluster_ports']),
 ])
 def test_ports_of_a_node(values, expected):
-    problems = ri.port_problems(everywhere(**values), RAY, SINGLE)
+    problems = rn.port_problems(everywhere(**values), RAY, SINGLE)
     text = '\n'.join(problems)
     assert len(problems) == len(expected), text
     for part in expected:
@@ -176,7 +177,7 @@ def test_ports_of_a_node(values, expected):
 
 
 def test_the_defaults_of_every_role_share_no_port():
-    assert ri.port_problems(everywhere(), RAY, SINGLE) == []
+    assert rn.port_problems(everywhere(), RAY, SINGLE) == []
 
 
 @pytest.mark.parametrize('cidrs, problems, warnings', [
@@ -190,7 +191,23 @@ def test_the_defaults_of_every_role_share_no_port():
     ('10.0.0.0/24', ["dgxspark_api_allowed_cidrs is '10.0.0.0/24': give a list of IPv4 networks like [10.0.0.0/24]"], []),
 ])
 def test_api_networks(cidrs, problems, warnings):
-    got_problems, got_warnings = ri.api_network_problems(everywhere(dgxspark_api_allowed_cidrs=cidrs))
+    got_problems, got_warnings = rn.allowed_network_problems(everywhere(dgxspark_api_allowed_cidrs=cidrs))
+    assert len(got_problems) == len(problems) and len(got_warnings) == len(warnings), (got_problems, got_warnings)
+    for part, line in zip(problems + warnings, got_problems + got_warnings):
+        assert part in line and line.endswith('(set on every node)'), (part, line)
+
+
+@pytest.mark.parametrize('variable', ['dgxspark_monitoring_allowed_cidrs', 'node_firewall_monitoring_allowed_cidrs',
+                                      'monitoring_allowed_cidrs'])
+@pytest.mark.parametrize('cidrs, problems, warnings', [
+    (['10.0.0.0/24'], [], []),
+    (['0.0.0.0/0'], [], ['has 0.0.0.0/0: Prometheus is open to every address']),
+    (['10.0.0.1/24'], ['has 10.0.0.1/24, which has host bits set'], []),
+    (['10.0.0.7'], ['has 10.0.0.7, a single address'], []),
+    ('10.0.0.0/24', ["is '10.0.0.0/24': give a list of IPv4 networks"], []),
+])
+def test_monitoring_networks_follow_the_api_networks_rules(variable, cidrs, problems, warnings):
+    got_problems, got_warnings = rn.allowed_network_problems(everywhere(**{variable: cidrs}))
     assert len(got_problems) == len(problems) and len(got_warnings) == len(warnings), (got_problems, got_warnings)
     for part, line in zip(problems + warnings, got_problems + got_warnings):
         assert part in line and line.endswith('(set on every node)'), (part, line)
@@ -202,7 +219,7 @@ def test_api_networks(cidrs, problems, warnings):
     ('', False), ('en p1', False), ('en/p1', False), ('enp1;reboot', False), ('-enp1', False), (None, False),
 ])
 def test_interface_names(name, ok):
-    problem = ri.interface_name_problem('dgxspark_rails[0] (rail1).interface', name)
+    problem = rn.interface_name_problem('dgxspark_rails[0] (rail1).interface', name)
     assert (problem is None) is ok, problem
     if not ok:
         assert problem.startswith('dgxspark_rails[0] (rail1).interface is %r, not a Linux interface name' % (name,))
@@ -235,7 +252,7 @@ RAILS = [{'name': 'rail1', 'subnet': '192.168.100.0/24'}, {'name': 'rail2', 'sub
     ({'spark-alpha': 'fe80::1'}, []),
 ])
 def test_management_addresses_stay_out_of_the_rails(management, expected):
-    problems = ri.management_overlap_problems(management, RAILS)
+    problems = rn.management_overlap_problems(management, RAILS)
     assert len(problems) == len(expected), problems
     for part, line in zip(expected, problems):
         assert line.startswith(part), (part, line)
@@ -247,7 +264,7 @@ TWO_NODES = ('spark-alpha', 'spark-beta')
 @pytest.mark.parametrize('values, expected', [
     ({'dgxspark_api_allowed_cidrs': ['172.31.240.0/24', '10.0.0.0/8']}, []),
     ({'dgxspark_api_allowed_cidrs': []}, []),
-    ({'dgxspark_api_allowed_cidrs': ['0.0.0.0/0']}, []),  # the world: api_network_problems' warning, not an overlap
+    ({'dgxspark_api_allowed_cidrs': ['0.0.0.0/0']}, []),  # the world: allowed_network_problems' warning, not an overlap
     ({'dgxspark_api_allowed_cidrs': ['10.0.0.1']}, []),  # refused on its own (a single address)
     ({'dgxspark_api_allowed_cidrs': ['192.168.100.128/25']},
      ["dgxspark_api_allowed_cidrs has 192.168.100.128/25, which overlaps rail1's subnet 192.168.100.0/24: the rails are "
@@ -259,7 +276,7 @@ TWO_NODES = ('spark-alpha', 'spark-beta')
       "node_firewall_api_allowed_cidrs has 192.168.0.0/16, which overlaps rail2's"]),
 ])
 def test_api_networks_stay_off_the_rails(values, expected):
-    problems = ri.api_rail_overlap_problems(dict((host, values) for host in TWO_NODES), RAILS)
+    problems = rn.allowed_network_rail_overlap_problems(dict((host, values) for host in TWO_NODES), RAILS)
     assert len(problems) == len(expected), problems
     for part, line in zip(expected, problems):
         assert line.startswith(part), (part, line)
@@ -268,7 +285,7 @@ def test_api_networks_stay_off_the_rails(values, expected):
 def test_an_api_network_on_one_node_only_names_that_node():
     values = {'spark-alpha': {'dgxspark_api_allowed_cidrs': ['10.0.0.0/24']},
               'spark-beta': {'dgxspark_api_allowed_cidrs': ['192.168.101.0/24']}}
-    assert ri.api_rail_overlap_problems(values, RAILS) == [
+    assert rn.allowed_network_rail_overlap_problems(values, RAILS) == [
         "dgxspark_api_allowed_cidrs has 192.168.101.0/24, which overlaps rail2's subnet 192.168.101.0/24: the rails are "
         "trusted with every port (Ray, NCCL, the distribution key), so API clients must be on another network (or the "
         "rails on subnets of their own: dgxspark_rails) (set on spark-beta)"]
@@ -277,13 +294,13 @@ def test_an_api_network_on_one_node_only_names_that_node():
 def test_every_variable_the_checks_name_is_a_role_s_or_the_collection_s():
     """The cross-checks name variables; a renamed role variable must not leave a check reading nothing."""
     options = set(name for role in SPECS.values() for name in role)
-    named = [name for name, _what in ri.SINGLE_PORTS] + list(ri.OPTION_MAPS) + list(ri.ENVIRONMENT_MAPS) + \
+    named = [name for name, _what in rn.SINGLE_PORTS] + list(ri.OPTION_MAPS) + list(ri.ENVIRONMENT_MAPS) + \
         ['ray_cluster_ports', 'node_firewall_api_port', 'node_firewall_ray_ports', 'node_firewall_api_allowed_cidrs',
          'vllm_container_api_key', 'vllm_container_hf_token', 'ray_cluster_auth_token']
     assert [name for name in named if not name.startswith('dgxspark_') and name not in options] == []
     from ansible_collections.dgxspark.cluster.plugins.plugin_utils import inventory_names  # pylint: disable=C0415
     known = inventory_names.known_names(ROOT)
-    assert [name for name in named + list(ri.API_CIDR_VARIABLES) + ['dgxspark_hf_token'] if name not in known] == []
+    assert [name for name in named + list(rn.API_CIDR_VARIABLES) + ['dgxspark_hf_token'] if name not in known] == []
 
 
 @pytest.mark.parametrize('values, expected', [
@@ -313,6 +330,12 @@ def test_every_variable_the_checks_name_is_a_role_s_or_the_collection_s():
     ({'os_hardening_earlyoom_mem_percent': 0}, ['os_hardening_earlyoom_mem_percent is 0: use 1 to 50 (the percentage']),
     ({'os_hardening_earlyoom_mem_percent': 60}, ['os_hardening_earlyoom_mem_percent is 60: use 1 to 50 (the percentage']),
     ({'os_hardening_earlyoom_mem_percent': 60, 'os_hardening_earlyoom': False}, []),  # earlyoom off: never read
+    ({'supervisor_interval_s': 0}, ['supervisor_interval_s is 0: use at least 1 (seconds between two probes)']),
+    ({'supervisor_interval_s': '15', 'supervisor_budget_restarts': 0, 'supervisor_crash_budget_restarts': 0}, []),
+    ({'supervisor_budget_restarts': -1}, ['supervisor_budget_restarts is -1: use at least 0 (a count of restarts; 0 never']),
+    ({'supervisor_failures_to_restart': 0}, ['supervisor_failures_to_restart is 0: use at least 1']),
+    ({'monitoring_scrape_interval_s': 0, 'monitoring_node_metrics_interval_s': '0'},
+     ['monitoring_node_metrics_interval_s is 0: use at least 1', 'monitoring_scrape_interval_s is 0: use at least 1']),
 ])
 def test_values(values, expected):
     problems = ri.value_problems(everywhere(**values))
@@ -361,11 +384,19 @@ OS_FORMATS = [
     ('earlyoom-name-empty', {'os_hardening_earlyoom_prefer': ['']}, "os_hardening_earlyoom_prefer is ['']", []),
     ('earlyoom-off', {'os_hardening_earlyoom_prefer': ['a b'], 'os_hardening_earlyoom': False}, None, []),
     ('earlyoom-off-as-string', {'os_hardening_earlyoom_prefer': ['a b'], 'os_hardening_earlyoom': 'no'}, None, []),
+    ('netplan-file', {'cx7_netplan_file_name': '40-cx7.yaml'}, None, []),
+    ('netplan-file-yml', {'cx7_netplan_file_name': '40-cx7.yml'}, "cx7_netplan_file_name is '40-cx7.yml': not a plain file "
+     'name ending in .yaml (netplan reads only *.yaml', []),
+    ('netplan-file-path', {'cx7_netplan_file_name': '../40-cx7.yaml'}, "cx7_netplan_file_name is '../40-cx7.yaml'", []),
+    ('image', {'vllm_container_image': 'registry.local:5000/vllm/vllm-openai:v0.33.0'}, None, []),
+    ('image-empty', {'ray_cluster_image': ''}, "ray_cluster_image is '': not an image reference (empty or with spaces): set "
+     'dgxspark_serving_image', []),
+    ('image-with-space', {'vllm_container_image': 'vllm openai'}, "vllm_container_image is 'vllm openai'", []),
 ]
 
 
 @pytest.mark.parametrize('values, start, also', [case[1:] for case in OS_FORMATS], ids=[case[0] for case in OS_FORMATS])
-def test_os_hardening_formats(values, start, also):
+def test_role_formats(values, start, also):
     problems = ri.format_problems(everywhere(**values))
     if start is None:
         assert problems == []
@@ -398,7 +429,9 @@ def test_every_format_rule_names_a_variable_of_its_role_and_passes_its_default()
     options = dict((name, spec) for role in SPECS.values() for name, spec in role.items())
     rules = sorted(set(ri.FORMATS) | set(ri.ITEMS) | set(ri.SWITCHED_BY) | set(ri.SWITCHED_BY.values()))
     assert [name for name in rules if name not in options] == []
-    defaults = dict((name, options[name]['default']) for name in set(ri.FORMATS) | set(ri.ITEMS))
+    # The images default to dgxspark_serving_image (templated): the plan checks them as each node resolves them.
+    defaults = dict((name, options[name]['default']) for name in set(ri.FORMATS) | set(ri.ITEMS) if 'default' in options[name])
+    assert sorted((set(ri.FORMATS) | set(ri.ITEMS)) - set(defaults)) == ['ray_cluster_image', 'vllm_container_image']
     assert ri.format_problems({'node': defaults}) == []
 
 
@@ -435,16 +468,17 @@ SITE = 'dgxspark_vllm_site_args'
     ('mp', 'not a port', {}, []),  # the schema names a master port of the wrong type
 ])
 def test_the_executor_backend_owns_its_options(backend, master_port, values, expected):
-    problems = ri.backend_problems({'spark-a': values, 'spark-b': values}, backend, master_port,
-                                   {'vllm_container_port': 8000})
+    values_by_host = {'spark-a': values, 'spark-b': values}
+    mp_master = {'address': '192.168.100.10', 'port': master_port} if backend == 'mp' else None  # as the plan has it
+    problems = ri.backend_problems(values_by_host, backend) + rn.rendezvous_port_problems(
+        values_by_host, mp_master, {'vllm_container_port': 8000})
     assert len(problems) == len(expected), problems
     for text, problem in zip(sorted(expected), problems):
         assert problem.startswith(text) and problem.endswith('(set on every node)'), (text, problem)
 
 
 def test_an_owned_option_on_one_node_names_that_node():
-    problems = ri.backend_problems({'spark-a': {}, 'spark-b': {'vllm_container_extra_args': {'master_port': 1}}},
-                                   'ray', 29501, {})
+    problems = ri.backend_problems({'spark-a': {}, 'spark-b': {'vllm_container_extra_args': {'master_port': 1}}}, 'ray')
     assert problems == ['vllm_container_extra_args sets master_port, which dgxspark_executor_backend (ray) sets for every '
                         'rank: remove it (the backend is chosen with dgxspark_executor_backend, its port with '
                         'dgxspark_mp_master_port) (set on spark-b)']
@@ -461,7 +495,7 @@ def test_an_owned_option_on_one_node_names_that_node():
                                              'api_key_given': True}),
 ], ids=['defaults', 'management-address-and-port', 'key-from-the-inventory'])
 def test_the_api_endpoint_is_the_heads_address_and_port(head_values, expected):
-    assert ri.api_endpoint('spark-alpha', head_values, 'Qwen/Q', 8000, '/keys') == expected
+    assert rn.api_endpoint('spark-alpha', head_values, 'Qwen/Q', 8000, '/keys') == expected
 
 
 @pytest.mark.parametrize('head_values, warned', [
@@ -472,7 +506,7 @@ def test_the_api_endpoint_is_the_heads_address_and_port(head_values, expected):
     ({'dgxspark_api_allowed_cidrs': ['10.20.0.0/24'], 'node_firewall_api_allowed_cidrs': []}, True),
 ], ids=['unset', 'empty', 'a-client-network', 'the-role-variable-wins', 'the-role-variable-empties-it'])
 def test_the_plan_warns_when_no_client_network_reaches_the_api(head_values, warned):
-    warnings = ri.api_reach_warnings({'spark-alpha': head_values, 'spark-beta': {}}, 'spark-alpha')
+    warnings = rn.api_reach_warnings({'spark-alpha': head_values, 'spark-beta': {}}, 'spark-alpha')
     assert bool(warnings) == warned
     assert all(w.startswith('dgxspark_api_allowed_cidrs is empty: only the nodes and the rails reach the vLLM API')
                for w in warnings)
@@ -563,8 +597,38 @@ def test_an_api_key_the_inventory_gives_is_long_random_ascii(key, refused):
 ])
 def test_prometheus_opened_to_a_network_is_said_out_loud(values, warned):
     """Issue 49: Prometheus has no authentication and republishes the metrics the API key protects at the engine."""
-    warnings = ri.monitoring_reach_warnings({'spark-alpha': values}, 'spark-alpha')
+    warnings = rn.monitoring_reach_warnings({'spark-alpha': values}, 'spark-alpha')
     assert bool(warnings) is warned
     if warned:
         assert warnings[0].startswith('dgxspark_monitoring_allowed_cidrs opens Prometheus to 10.20.0.0/24')
         assert 'it has no authentication' in warnings[0]
+
+
+@pytest.mark.parametrize('values, expected', [
+    ({}, []),
+    ({'supervisor_deadline_s': 30, 'supervisor_interval_s': 30}, []),
+    ({'supervisor_deadline_s': 40}, ['supervisor_deadline_s is 40, above supervisor_interval_s 30: give it at most '
+                                     'supervisor_interval_s (a probe ends before the next one starts)']),
+    ({'supervisor_interval_s': '20'}, ['supervisor_deadline_s is 30, above supervisor_interval_s 20']),
+    ({'supervisor_interval_s': 'soon'}, []),  # a wrong type is the spec check's
+    ({'supervisor_crash_backoff_s': 900}, ['supervisor_crash_backoff_s is 900, above supervisor_crash_backoff_max_s 600']),
+    ({'vllm_container_stall_timeout': 4000}, ['vllm_container_stall_timeout is 4000, above vllm_container_ready_timeout 3600']),
+    ({'vllm_container_stall_timeout': 4000, 'vllm_container_ready_timeout': 7200}, []),
+])
+def test_values_that_bound_each_other(values, expected):
+    defaults = ri.spec_defaults(SPECS)
+    problems = ri.order_problems(everywhere(**values), defaults)
+    assert len(problems) == len(expected), problems
+    for part, line in zip(expected, problems):
+        assert line.startswith(part) and line.endswith('(set on every node)'), (part, line)
+
+
+@pytest.mark.parametrize('chosen, expected', [
+    ('', []),
+    ('spark-beta', []),
+    ('prometheus.example', ["monitoring_prometheus_host is 'prometheus.example', not a node of the cluster (spark-alpha, "
+                            "spark-beta): name one of them, or leave it empty for the head (set on every node)"]),
+])
+def test_prometheus_runs_on_a_node_of_the_cluster(chosen, expected):
+    values = dict((host, {'monitoring_prometheus_host': chosen}) for host in TWO_NODES)
+    assert rn.prometheus_host_problems(values, list(TWO_NODES)) == expected
