@@ -307,7 +307,7 @@ class ActionModule(ActionBase):
         plan['serving'] = role_networks.serving_names(role_values.get(head, {}), specs, plan)
         plan['serving']['paths'] = dict(serving_command.PATHS)
         plan['api'] = role_networks.api_endpoint(head, role_values.get(head, {}), plan['hf_repo'],
-                                               port_defaults(specs)[1]['vllm_container_port'], self._key_dir(hostvars, head))
+                                                 port_defaults(specs)[1]['vllm_container_port'], self._key_dir(hostvars, head))
         plan['warnings'] = role_inputs.input_warnings(
             plan['variables'], network_warnings + role_networks.api_reach_warnings(role_values, head)
             + role_networks.monitoring_reach_warnings(role_values, head))

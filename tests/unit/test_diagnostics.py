@@ -10,7 +10,6 @@ import tarfile
 
 import pytest
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils import diagnostics
 from ansible_collections.dgxspark.cluster.plugins.module_utils.diagnostics import (
     redact, redact_env, secret_values, tail)
 
@@ -235,8 +234,8 @@ def test_a_bundle_is_packed_with_the_nodes_not_read_named(tmp_path, write):
 def test_a_secret_left_in_a_node_log_writes_no_bundle(tmp_path):
     leaky = dict(NODE_VARS, **{'spark-alpha': dict(NODE_VARS['spark-alpha'], diagnose_node={
         'sections': {'logs/dgxspark-vllm.log': 'Authorization %s\n' % RAY_TOKEN}})})
-    with pytest.raises(diagnostics_bundle.SecretInBundle, match=r'a secret was found in spark-alpha/logs/dgxspark-vllm.log: '
-                                                                 r'the bundle was not written'):
+    refusal = r'a secret was found in spark-alpha/logs/dgxspark-vllm.log: the bundle was not written'
+    with pytest.raises(diagnostics_bundle.SecretInBundle, match=refusal):
         pack(leaky, ['spark-alpha', 'spark-beta'], {}, {}, [API_KEY, RAY_TOKEN + '\n'], str(tmp_path / 'b.tar.gz'), 'b', 0)
     assert not list(tmp_path.iterdir())
 
