@@ -54,12 +54,11 @@ class ActionModule(ActionBase):
         plan = args['plan']
         hostvars = task_vars.get('hostvars') or {}
         head_vars = hostvars.get(plan['head']) or {}
-        ports = head_vars.get('ray_cluster_ports') or role_default('ray_cluster', 'ray_cluster_ports')
-        api_port = int(head_vars.get('vllm_container_port') or role_default('vllm_container', 'vllm_container_port'))
+        serving = plan['serving']
         expect = {
             'node_memory_gib': plan['variables']['dgxspark_node_memory_gib'],
             'needs_gpu_runtime': (head_vars.get('dgxspark_serving_docker_gpus', 'all') == 'all'),
-            'image': head_vars.get('dgxspark_serving_image') or 'vllm/vllm-openai:v0.33.0',
+            'image': serving['image'],
             'distribute_image': bool(head_vars.get('dgxspark_distribute_image', True)),
             'distribute_model': bool(head_vars.get('dgxspark_distribute_model', True)),
             'model_download': bool(head_vars.get('dgxspark_model_download', False)),
@@ -69,10 +68,10 @@ class ActionModule(ActionBase):
             'link_speed_mbps': int(head_vars.get('dgxspark_expected_link_speed_mbps') or 200000),
             # With mp no Ray runs; rank 0's rendezvous takes a port of its own.
             'ports': dict(([(int(plan['mp_master']['port']), 'vLLM mp rendezvous')] if plan.get('mp_master') else
-                           [(int(port), 'Ray %s' % name) for name, port in ports.items() if name not in ('min_worker', 'max_worker')])
-                          + [(api_port, 'vLLM API')]),
-            'own_containers': [head_vars.get('ray_cluster_container_name') or role_default('ray_cluster', 'ray_cluster_container_name'),
-                               head_vars.get('vllm_container_name') or role_default('vllm_container', 'vllm_container_name')],
+                           [(int(port), 'Ray %s' % name) for name, port in serving['ray_ports'].items()
+                            if name not in ('min_worker', 'max_worker')])
+                          + [(int(serving['api_port']), 'vLLM API')]),
+            'own_containers': [serving['ray_container'], serving['engine_container']],
         }
         if head_vars.get('dgxspark_expected_gpu_name'):
             expect['gpu_name'] = head_vars['dgxspark_expected_gpu_name']
