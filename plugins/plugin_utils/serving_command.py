@@ -32,6 +32,10 @@ PATHS = {
 API_KEY_IN_CONTAINER = '/run/secrets/dgxspark/vllm_api_key'
 HF_TOKEN_IN_CONTAINER = '/run/secrets/dgxspark/hf_token'
 RAY_TOKEN_IN_CONTAINER = '/run/secrets/dgxspark/ray_token'
+# The cluster's one Python hash seed (generated once on the controller, kept across releases): the start scripts export it
+# as PYTHONHASHSEED, so that vLLM's prefix-cache hashes agree on every rank and after a restart. A file, not a variable:
+# who knows the seed can aim prompts at the cache's hashes.
+HASH_SEED_IN_CONTAINER = '/run/secrets/dgxspark/hash_seed'
 PYTHON_IN_CONTAINER = '/opt/dgxspark/python'
 # vLLM's config root inside the containers (vllm-serve.sh writes the non-carry-over list there).
 VLLM_CONFIG_DIR = '/run/dgxspark/vllm-config'
@@ -80,7 +84,8 @@ def node_serving_env(plan, host, inputs):
     nccl, per_host, node_keys = _planned_nccl(plan, node)
     if not ray:  # its one Ray variable (RAY_memory_monitor_refresh_ms) means nothing without Ray
         nccl = dict((k, v) for k, v in nccl.items() if not k.startswith('RAY_'))
-    serving = {'VLLM_CONFIG_ROOT': VLLM_CONFIG_DIR, 'HF_HOME': inputs['ray_cluster_model_dir'], 'HF_HUB_OFFLINE': '1'}
+    serving = {'VLLM_CONFIG_ROOT': VLLM_CONFIG_DIR, 'HF_HOME': inputs['ray_cluster_model_dir'], 'HF_HUB_OFFLINE': '1',
+               'DGXSPARK_HASH_SEED_FILE': HASH_SEED_IN_CONTAINER}
     if ray:
         head_address = _node(plan, plan['head'])['rail_addresses'][rail]
         serving.update({
@@ -101,10 +106,10 @@ def bind(volume):
 
 
 def node_serving_volumes(plan, host, inputs):
-    """The mounts every serving container of a node needs: the model, with Ray its token and /tmp/ray, the patches, vLLM's
-    cache, then ray_cluster_extra_volumes."""
+    """The mounts every serving container of a node needs: the model, the hash seed, with Ray its token and /tmp/ray, the
+    patches, vLLM's cache, then ray_cluster_extra_volumes."""
     model_dir, cache_dir = inputs['ray_cluster_model_dir'], inputs['ray_cluster_vllm_cache_dir']
-    volumes = ['%s:%s:ro' % (model_dir, model_dir)]
+    volumes = ['%s:%s:ro' % (model_dir, model_dir), '%s/hash_seed:%s:ro' % (PATHS['secrets_dir'], HASH_SEED_IN_CONTAINER)]
     if 'ray' in _node(plan, host)['runs']:
         volumes += ['%s/ray_token:%s:ro' % (PATHS['secrets_dir'], RAY_TOKEN_IN_CONTAINER), RAY_TMP_VOLUME + ':/tmp/ray']
     patches = patch_container_env(plan.get('patches'))

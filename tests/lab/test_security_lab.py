@@ -233,6 +233,18 @@ def test_no_process_environment_holds_the_api_key_and_no_other_process_reads_the
         assert result.rc != 0 and "Permission denied" in result.stderr, (reader, what, result.rc, result.stderr)
 
 
+def test_every_serving_process_of_every_node_has_the_clusters_one_hash_seed(lab, deployed):
+    """Issue 50, item 8: vLLM's prefix-cache hashes agree on every rank and after a restart only with one PYTHONHASHSEED;
+    the start scripts export it from the mounted 0600 file the controller generated once."""
+    seed = controller_secret(lab, "hash_seed")
+    assert seed.isdigit() and 0 <= int(seed) <= 4294967295, "not a PYTHONHASHSEED"
+    for node in lab.nodes:
+        # Every process the node shows, its containers' included (the searching happens here, as above).
+        found = lab.host(node).run("for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/environ 2>/dev/null; echo; done").stdout
+        seeds = set(re.findall(r"^PYTHONHASHSEED=(.*)$", found, re.M))
+        assert seeds == {seed}, (node, seeds)
+
+
 def test_secret_files_are_0600_root(lab, deployed):
     for node in lab.nodes:
         host = lab.host(node)

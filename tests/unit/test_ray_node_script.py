@@ -16,6 +16,7 @@ SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "roles", "ray_clust
 # the code is "run"; every call is logged.
 STUB = r"""#!/usr/bin/env bash
 echo "$*" >> "$STUB_LOG"
+[ -n "${STUB_ENV_LOG:-}" ] && echo "${PYTHONHASHSEED:-}" > "$STUB_ENV_LOG"
 [ "$1" = start ] || exit 0
 n=$(grep -c '^start' "$STUB_LOG")
 codes=($STUB_CODES)
@@ -83,3 +84,25 @@ def test_a_missing_token_fails_before_ray_starts(tmp_path):
     _out, err = proc.communicate(timeout=30)
     assert proc.returncode == 1 and "is missing or empty" in err
     assert log.read_text() == ""
+
+
+@pytest.mark.parametrize("seed, rc, exported", [
+    ("123456789", 0, "123456789"),
+    ("", 1, None),
+    ("12ab", 1, None),
+    (None, 1, None),  # the file is missing
+])
+def test_the_clusters_hash_seed_is_exported_from_its_file(tmp_path, seed, rc, exported):
+    """Issue 50, item 8: Ray and every process it starts get PYTHONHASHSEED from the mounted file; a missing or broken
+    file stops the container with a message instead of starting with a random seed."""
+    seed_file = tmp_path / "hash_seed"
+    if seed is not None:
+        seed_file.write_text(seed)
+    proc, log = start(tmp_path, "0", DGXSPARK_HASH_SEED_FILE=str(seed_file),
+                      STUB_ENV_LOG=str(tmp_path / "env.log"))
+    _out, err = proc.communicate(timeout=30)
+    assert proc.returncode == rc, err
+    if exported is None:
+        assert "the hash seed file %s is missing or not a number" % seed_file in err and log.read_text() == ""
+    else:
+        assert (tmp_path / "env.log").read_text().strip() == exported

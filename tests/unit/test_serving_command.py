@@ -172,3 +172,14 @@ def test_a_phase_digests_only_the_containers_it_runs():
     for kinds, same in ((['ray'], True), ([], True), (['vllm'], False)):
         assert (with_containers({'plan': before}, kinds) == with_containers({'plan': after}, kinds)) is same, kinds
     assert 'node_env' not in with_containers({'plan': before}, [])['plan']
+
+
+@pytest.mark.parametrize('backend', ['ray', 'mp'])
+def test_every_serving_container_reads_the_one_hash_seed_from_its_file(backend):
+    """Issue 50, item 8: one PYTHONHASHSEED for the cluster (prefix-cache hashes agree on every rank and after a restart),
+    from a mounted 0600 file: never a value in the environment docker inspect shows."""
+    specs = [spec for node in containers(plan_of(backend)).values() for spec in node.values() if spec]
+    assert len(specs) == (5 if backend == 'ray' else 4)
+    for spec in specs:
+        assert spec['env']['DGXSPARK_HASH_SEED_FILE'] == sc.HASH_SEED_IN_CONTAINER and 'PYTHONHASHSEED' not in spec['env']
+        assert '/etc/dgxspark/secrets/hash_seed:%s:ro' % sc.HASH_SEED_IN_CONTAINER in spec['volumes'], spec['volumes']

@@ -13,6 +13,15 @@ if [ ! -s "${RAY_AUTH_TOKEN_PATH:-/nonexistent}" ]; then
     exit 1
 fi
 
+# The cluster's Python hash seed, from its mounted 0600 file: the same on every rank and after every restart.
+if [ -n "${DGXSPARK_HASH_SEED_FILE:-}" ]; then
+    seed=$(cat "$DGXSPARK_HASH_SEED_FILE" 2>/dev/null) || seed=""
+    case $seed in
+        '' | *[!0-9]*) echo "ray-node.sh: the hash seed file $DGXSPARK_HASH_SEED_FILE is missing or not a number" >&2; exit 1 ;;
+    esac
+    export PYTHONHASHSEED=$seed
+fi
+
 # The model profile's patches (checked, then applied), before Ray starts any worker process.
 if [ -n "${DGXSPARK_PATCHES:-}" ]; then
     bash "${DGXSPARK_PATCH_DIR:?}/dgxspark-apply-patches.sh" || exit 1

@@ -11,9 +11,17 @@
 #    environment, `docker inspect` or the log);
 # 4. puts the API guard on PYTHONPATH (vLLM imports it for --middleware) and becomes vllm; a headless rank of mp becomes
 #    dgxspark_rank_watch.py with vllm as its child (DGXSPARK_RANK_WATCH: rank 0's rendezvous, HOST:PORT).
-# Before all this it checks and applies the model profile's patches, when it has any. Docker's restart policy starts it
-# again when it exits.
+# Before all this it exports the cluster's hash seed (PYTHONHASHSEED, from its mounted file) and checks and applies the
+# model profile's patches, when it has any. Docker's restart policy starts it again when it exits.
 set -u
+# The cluster's Python hash seed, from its mounted 0600 file: the same on every rank and after every restart.
+if [ -n "${DGXSPARK_HASH_SEED_FILE:-}" ]; then
+    seed=$(cat "$DGXSPARK_HASH_SEED_FILE" 2>/dev/null) || seed=""
+    case $seed in
+        '' | *[!0-9]*) echo "vllm-serve.sh: the hash seed file $DGXSPARK_HASH_SEED_FILE is missing or not a number" >&2; exit 1 ;;
+    esac
+    export PYTHONHASHSEED=$seed
+fi
 # The model profile's patches (checked, then applied to this container's vLLM), mounted by ray_cluster.
 if [ -n "${DGXSPARK_PATCHES:-}" ]; then
     bash "${DGXSPARK_PATCH_DIR:?}/dgxspark-apply-patches.sh" || exit 1
