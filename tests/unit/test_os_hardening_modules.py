@@ -1,0 +1,196 @@
+"""os_hardening's node-side modules over real formats: drop_caches (module_utils/drop_caches.py) over a /proc/meminfo read
+on a Linux 6.x host (fixtures/os_hardening/meminfo.txt), docker_daemon_json (module_utils/docker_daemon_json.py) over the
+lab node's daemon.json (lab/node/rootfs) and the one the NVIDIA Container Toolkit writes (`nvidia-ctk runtime configure`).
+The modules run as Ansible runs them, on files under tmp_path."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ansible_collections.dgxspark.cluster.plugins.module_utils.docker_daemon_json import DaemonJsonError, merged, parse, render
+from ansible_collections.dgxspark.cluster.plugins.module_utils.drop_caches import DropCachesError, drop, parse_meminfo, summary
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FIXTURES = os.path.join(HERE, 'fixtures', 'os_hardening')
+COLLECTIONS = os.path.join(os.path.dirname(os.path.dirname(HERE)), '.build', 'collections')
+
+
+def fixture_text(name):
+    with open(os.path.join(FIXTURES, name), encoding='utf-8') as handle:
+        return handle.read()
+
+
+MEMINFO = fixture_text('meminfo.txt')
+MEMINFO_VALUES = dict((line.split(':')[0], int(line.split()[1])) for line in MEMINFO.splitlines())
+LAB_DAEMON_JSON = fixture_text('daemon_lab.json')
+NVIDIA_DAEMON_JSON = fixture_text('daemon_nvidia_ctk.json')
+MEMLOCK = {'default-ulimits': {'memlock': {'Name': 'memlock', 'Soft': -1, 'Hard': -1}}}
+
+
+def with_memory(text, available_kib, cached_kib):
+    """The meminfo text with MemAvailable and Cached replaced, in the kernel's column layout."""
+    lines = []
+    for line in text.splitlines():
+        if line.startswith('MemAvailable:'):
+            line = 'MemAvailable:   %8d kB' % available_kib
+        elif line.startswith('Cached:'):
+            line = 'Cached:         %8d kB' % cached_kib
+        lines.append(line)
+    return '\n'.join(lines) + '\n'
+
+
+def run_module(name, args):
+    args_file = os.path.join(os.environ.get('TMPDIR', '/tmp'), 'args-%s-%d.json' % (name, os.getpid()))
+    with open(args_file, 'w', encoding='utf-8') as handle:
+        json.dump({'ANSIBLE_MODULE_ARGS': args}, handle)
+    try:
+        proc = subprocess.run([sys.executable, '-m', 'ansible_collections.dgxspark.cluster.plugins.modules.' + name, args_file],
+                              capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=COLLECTIONS), timeout=60,
+                              check=False)
+    finally:
+        os.unlink(args_file)
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{')][-1]
+
+
+# --- drop_caches -----------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize('text, expected', [
+    (MEMINFO, {'MemAvailable': MEMINFO_VALUES['MemAvailable'], 'Cached': MEMINFO_VALUES['Cached']}),
+    # SwapCached and Active(file) are not Cached; the order of the lines does not matter.
+    (with_memory(MEMINFO, 123456789, 42), {'MemAvailable': 123456789, 'Cached': 42}),
+    ('Cached:         40123456 kB\nSwapCached:            7 kB\nMemAvailable:   98765432 kB\n',
+     {'MemAvailable': 98765432, 'Cached': 40123456}),
+])
+def test_meminfo_gives_memavailable_and_cached_in_kib(text, expected):
+    assert parse_meminfo(text) == expected
+
+
+@pytest.mark.parametrize('text, missing', [
+    ('MemTotal:       124485016 kB\nCached:          1658908 kB\n', 'MemAvailable'),
+    ('MemAvailable:   98765432 kB\nSwapCached:            0 kB\n', 'Cached'),
+    ('', 'MemAvailable or Cached'),
+])
+def test_meminfo_without_a_line_is_refused(text, missing):
+    with pytest.raises(DropCachesError, match='no %s line' % missing):
+        parse_meminfo(text)
+
+
+@pytest.mark.parametrize('before, after, expected', [
+    ((98765432, 40123456), (121234567, 1234567),
+     'spark-alpha: MemAvailable 94.19 -> 115.62 GiB (+21.43 GiB); Cached 38.26 -> 1.18 GiB.'),
+    # Memory taken by something else meanwhile: the change is negative and said so.
+    ((10485760, 2097152), (9437184, 1048576), 'spark-alpha: MemAvailable 10.00 -> 9.00 GiB (-1.00 GiB); Cached 2.00 -> 1.00 GiB.'),
+    ((10485760, 2097152), None, 'spark-alpha: would drop the page cache (check mode); MemAvailable 10.00 GiB, Cached 2.00 GiB now.'),
+])
+def test_summary_reports_gib_before_and_after(before, after, expected):
+    as_dict = lambda pair: None if pair is None else {'MemAvailable': pair[0], 'Cached': pair[1]}  # noqa: E731
+    assert summary('spark-alpha', as_dict(before), as_dict(after)) == expected
+
+
+@pytest.mark.parametrize('mode', [1, 2, 3])
+def test_drop_syncs_first_then_writes_the_mode(tmp_path, mode):
+    target = tmp_path / 'drop_caches'
+    target.write_text('0\n')
+    calls = []
+    drop(mode, str(target), sync=lambda: calls.append(target.read_text()))
+    assert calls == ['0\n'] and target.read_text() == '%d\n' % mode
+
+
+@pytest.mark.parametrize('mode, path, message', [
+    (4, None, r'takes 1 \(page cache\), 2 \(dentries and inodes\) or 3 \(both\), not 4'),
+    (3, 'missing-dir/drop_caches', r'cannot set vm.drop_caches=3 \(.*missing-dir/drop_caches\): .*No such file'),
+])
+def test_drop_refuses_a_bad_mode_or_an_unwritable_file(tmp_path, mode, path, message):
+    with pytest.raises(DropCachesError, match=message):
+        drop(mode, str(tmp_path / (path or 'drop_caches')), sync=lambda: None)
+
+
+def test_the_module_drops_reports_and_in_check_mode_drops_nothing(tmp_path):
+    target, meminfo = tmp_path / 'drop_caches', tmp_path / 'meminfo'
+    target.write_text('0\n')
+    meminfo.write_text(MEMINFO)
+    args = {'mode': 1, 'node': 'spark-beta', 'drop_caches_path': str(target), 'meminfo_path': str(meminfo)}
+    preview = run_module('drop_caches', dict(args, _ansible_check_mode=True))
+    assert preview['changed'] and preview['after'] is None and target.read_text() == '0\n'
+    assert preview['msg'].startswith('spark-beta: would drop the page cache (check mode)')
+    dropped = run_module('drop_caches', args)
+    assert dropped['changed'] and target.read_text() == '1\n'
+    assert dropped['before'] == dropped['after'] == parse_meminfo(MEMINFO)
+    assert dropped['msg'].startswith('spark-beta: MemAvailable ') and '(+0.00 GiB)' in dropped['msg']
+
+
+def test_the_module_fails_naming_vm_drop_caches_where_it_is_read_only(tmp_path):
+    meminfo = tmp_path / 'meminfo'
+    meminfo.write_text(MEMINFO)
+    failed = run_module('drop_caches', {'node': 'spark-beta', 'drop_caches_path': str(tmp_path / 'ro' / 'drop_caches'),
+                                        'meminfo_path': str(meminfo)})
+    assert failed['failed'] and failed['msg'].startswith('spark-beta: cannot set vm.drop_caches=3 (')
+
+
+# --- docker_daemon_json ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize('text, keys, expected', [
+    # The lab node's file: every key kept, default-ulimits added.
+    (LAB_DAEMON_JSON, MEMLOCK, dict(json.loads(LAB_DAEMON_JSON), **MEMLOCK)),
+    # The NVIDIA runtime's file keeps its runtime.
+    (NVIDIA_DAEMON_JSON, MEMLOCK, dict(json.loads(NVIDIA_DAEMON_JSON), **MEMLOCK)),
+    # Another default ulimit is kept beside memlock; an older memlock is replaced.
+    ('{"default-ulimits": {"nofile": {"Name": "nofile", "Soft": 1024, "Hard": 1024},'
+     ' "memlock": {"Name": "memlock", "Soft": 8388608, "Hard": 8388608}}}', MEMLOCK,
+     {'default-ulimits': {'nofile': {'Name': 'nofile', 'Soft': 1024, 'Hard': 1024}, 'memlock': MEMLOCK['default-ulimits']['memlock']}}),
+    # A missing or empty file is an empty object.
+    (None, MEMLOCK, MEMLOCK),
+    ('\n  \n', MEMLOCK, MEMLOCK),
+    # A value that is not an object is replaced whole.
+    ('{"default-ulimits": []}', MEMLOCK, MEMLOCK),
+])
+def test_keys_are_merged_keeping_every_other_key(text, keys, expected):
+    assert merged(parse(text), keys) == expected
+
+
+@pytest.mark.parametrize('text, message', [
+    ('{"storage-driver": "overlay2",', 'Expecting property name enclosed in double quotes'),
+    ('["overlay2"]', 'is a JSON array, not an object'),
+    ('"overlay2"', 'is a JSON string, not an object'),
+    ('null', 'is a JSON null, not an object'),
+    ('42', 'is a JSON number, not an object'),
+])
+def test_a_file_that_is_not_a_json_object_is_refused(text, message):
+    with pytest.raises(DaemonJsonError, match=message):
+        parse(text)
+
+
+def test_render_is_what_to_nice_json_wrote():
+    """The layout the role wrote with to_nice_json(indent=2): a file it wrote before stays byte for byte the same."""
+    assert render({'b': {'y': 1, 'x': [1, 2]}, 'a': 'é'}) == (
+        '{\n  "a": "\\u00e9",\n  "b": {\n    "x": [\n      1,\n      2\n    ],\n    "y": 1\n  }\n}\n')
+
+
+def test_the_module_merges_with_diff_and_check_mode_then_changes_nothing(tmp_path):
+    path = tmp_path / 'daemon.json'
+    path.write_text(NVIDIA_DAEMON_JSON)
+    path.chmod(0o600)
+    args = {'path': str(path), 'merge': MEMLOCK}
+    preview = run_module('docker_daemon_json', dict(args, _ansible_check_mode=True, _ansible_diff=True))
+    assert preview['changed'] and path.read_text() == NVIDIA_DAEMON_JSON
+    assert preview['diff']['before'] == NVIDIA_DAEMON_JSON and json.loads(preview['diff']['after']) == preview['config']
+    written = run_module('docker_daemon_json', args)
+    assert written['changed'] and json.loads(path.read_text()) == dict(json.loads(NVIDIA_DAEMON_JSON), **MEMLOCK)
+    assert oct(path.stat().st_mode & 0o777) == '0o644'
+    assert not run_module('docker_daemon_json', args)['changed']
+    # The same data in another layout is left as it is.
+    path.write_text(json.dumps(written['config']))
+    assert not run_module('docker_daemon_json', dict(args, _ansible_diff=True))['changed']
+    assert path.read_text() == json.dumps(written['config'])
+
+
+def test_the_module_writes_a_missing_file_and_refuses_a_broken_one(tmp_path):
+    path = tmp_path / 'daemon.json'
+    created = run_module('docker_daemon_json', {'path': str(path), 'merge': MEMLOCK})
+    assert created['changed'] and json.loads(path.read_text()) == MEMLOCK
+    path.write_text('{"storage-driver": "overlay2",')
+    refused = run_module('docker_daemon_json', {'path': str(path), 'merge': MEMLOCK})
+    assert refused['failed'] and refused['msg'].startswith('%s is not a valid JSON object (' % path)
+    assert 'it was not changed' in refused['msg'] and path.read_text() == '{"storage-driver": "overlay2",'
