@@ -1,7 +1,9 @@
 """os_hardening's node-side modules over real formats: drop_caches (module_utils/drop_caches.py) over a /proc/meminfo read
 on a Linux 6.x host (fixtures/os_hardening/meminfo.txt), docker_daemon_json (module_utils/docker_daemon_json.py) over the
-lab node's daemon.json (lab/node/rootfs) and the one the NVIDIA Container Toolkit writes (`nvidia-ctk runtime configure`).
-The modules run as Ansible runs them, on files under tmp_path."""
+lab node's daemon.json (lab/node/rootfs) and the one the NVIDIA Container Toolkit writes (`nvidia-ctk runtime configure`),
+sysctl_runtime (module_utils/sysctl_runtime.py) over `systemd-analyze cat-config sysctl.d` of a lab node (systemd 252,
+Debian 12) with the role's drop-in, alone and with a vendor file read after it. The modules run as Ansible runs them,
+on files under tmp_path."""
 import json
 import os
 import subprocess
@@ -11,6 +13,7 @@ import pytest
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils.docker_daemon_json import DaemonJsonError, merged, parse, render
 from ansible_collections.dgxspark.cluster.plugins.module_utils.drop_caches import DropCachesError, drop, parse_meminfo, summary
+from ansible_collections.dgxspark.cluster.plugins.module_utils.sysctl_runtime import SysctlError, boot_value, normalized, proc_path
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURES = os.path.join(HERE, 'fixtures', 'os_hardening')
@@ -26,6 +29,8 @@ MEMINFO = fixture_text('meminfo.txt')
 MEMINFO_VALUES = dict((line.split(':')[0], int(line.split()[1])) for line in MEMINFO.splitlines())
 LAB_DAEMON_JSON = fixture_text('daemon_lab.json')
 NVIDIA_DAEMON_JSON = fixture_text('daemon_nvidia_ctk.json')
+CAT_CONFIG = fixture_text('sysctl_cat_config.txt')
+CAT_CONFIG_OVERRIDDEN = fixture_text('sysctl_cat_config_overridden.txt')
 MEMLOCK = {'default-ulimits': {'memlock': {'Name': 'memlock', 'Soft': -1, 'Hard': -1}}}
 
 
@@ -194,3 +199,80 @@ def test_the_module_writes_a_missing_file_and_refuses_a_broken_one(tmp_path):
     refused = run_module('docker_daemon_json', {'path': str(path), 'merge': MEMLOCK})
     assert refused['failed'] and refused['msg'].startswith('%s is not a valid JSON object (' % path)
     assert 'it was not changed' in refused['msg'] and path.read_text() == '{"storage-driver": "overlay2",'
+
+
+# --- sysctl_runtime --------------------------------------------------------------------------------------------------
+
+BOOT_ORDER = ['/usr/lib/sysctl.d/50-pid-max.conf', '/etc/sysctl.d/90-dgxspark-os.conf', '/usr/lib/sysctl.d/99-protect-links.conf',
+              '/etc/sysctl.d/99-sysctl.conf']
+
+
+@pytest.mark.parametrize('text, name, expected', [
+    (CAT_CONFIG, 'vm.swappiness', ('1', BOOT_ORDER)),
+    # A file read after the drop-in wins; '-' (ignore errors) and '/' separators name the same setting.
+    (CAT_CONFIG_OVERRIDDEN, 'vm.swappiness', ('60', BOOT_ORDER[:2] + ['/etc/sysctl.d/95-vendor-tuning.conf'] + BOOT_ORDER[2:])),
+    (CAT_CONFIG, 'fs.protected_regular', ('2', BOOT_ORDER)),
+    # Commented-out lines (#net.ipv4.ip_forward=1 in /etc/sysctl.conf) set nothing.
+    (CAT_CONFIG, 'net.ipv4.ip_forward', (None, BOOT_ORDER)),
+    (CAT_CONFIG, 'vm.swappines', (None, BOOT_ORDER)),
+    ('', 'vm.swappiness', (None, [])),
+])
+def test_boot_value_is_the_last_file_s(text, name, expected):
+    assert boot_value(text, name) == expected
+
+
+@pytest.mark.parametrize('name, path', [
+    ('vm.swappiness', '/proc/sys/vm/swappiness'),
+    ('vm/swappiness', '/proc/sys/vm/swappiness'),
+    ('net.ipv4.conf.all.rp_filter', '/proc/sys/net/ipv4/conf/all/rp_filter'),
+])
+def test_proc_path(name, path):
+    assert proc_path(name) == path
+
+
+@pytest.mark.parametrize('name', ['swappiness', 'vm.swappiness/../../etc/passwd', 'vm..swappiness', '', None])
+def test_a_name_that_is_not_a_sysctl_is_refused(name):
+    with pytest.raises(SysctlError, match='is not a sysctl name'):
+        proc_path(name)
+
+
+@pytest.mark.parametrize('value, expected', [('1\n', '1'), (1, '1'), ('4096\t87380\t6291456\n', '4096 87380 6291456')])
+def test_values_compare_as_the_kernel_prints_them(value, expected):
+    assert normalized(value) == expected
+
+
+@pytest.fixture(name='systemd_analyze')
+def fixture_systemd_analyze(tmp_path):
+    """A stand-in systemd-analyze that prints the overridden boot configuration for `cat-config sysctl.d`."""
+    (tmp_path / 'cat-config.txt').write_text(CAT_CONFIG_OVERRIDDEN)
+    program = tmp_path / 'systemd-analyze'
+    program.write_text('#!/bin/sh\n[ "$*" = "cat-config sysctl.d" ] || exit 2\ncat %s\n' % (tmp_path / 'cat-config.txt'))
+    program.chmod(0o755)
+    return str(program)
+
+
+def test_the_module_sets_the_running_value_with_diff_and_check_mode(tmp_path, systemd_analyze):
+    running = tmp_path / 'proc' / 'vm' / 'swappiness'
+    running.parent.mkdir(parents=True)
+    running.write_text('60\n')
+    args = {'name': 'vm.swappiness', 'value': '1', 'proc_sys': str(tmp_path / 'proc'), 'systemd_analyze': systemd_analyze}
+    preview = run_module('sysctl_runtime', dict(args, _ansible_check_mode=True, _ansible_diff=True))
+    assert preview['changed'] and preview['running'] == '60' and running.read_text() == '60\n'
+    assert preview['diff']['before'] == '60\n' and preview['diff']['after'] == '1\n'
+    applied = run_module('sysctl_runtime', args)
+    assert applied['changed'] and running.read_text() == '1\n'
+    assert (applied['boot_value'], applied['boot_files'][2]) == ('60', '/etc/sysctl.d/95-vendor-tuning.conf')
+    assert not run_module('sysctl_runtime', args)['changed']
+    running.write_text('30\n')
+    left = run_module('sysctl_runtime', dict(args, apply=False))
+    assert not left['changed'] and left['running'] == '30' and running.read_text() == '30\n'
+
+
+def test_the_module_without_systemd_analyze_or_proc_sys(tmp_path):
+    args = {'name': 'vm.swappiness', 'value': '1', 'proc_sys': str(tmp_path), 'systemd_analyze': str(tmp_path / 'none')}
+    (tmp_path / 'vm').mkdir()
+    (tmp_path / 'vm' / 'swappiness').write_text('1\n')
+    quiet = run_module('sysctl_runtime', args)
+    assert not quiet['changed'] and quiet['boot_value'] is None and quiet['boot_files'] == []
+    missing = run_module('sysctl_runtime', dict(args, name='vm.no_such_setting'))
+    assert missing['failed'] and missing['msg'].startswith('cannot read %s/vm/no_such_setting' % tmp_path)
