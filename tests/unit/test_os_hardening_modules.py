@@ -2,8 +2,9 @@
 on a Linux 6.x host (fixtures/os_hardening/meminfo.txt), docker_daemon_json (module_utils/docker_daemon_json.py) over the
 lab node's daemon.json (lab/node/rootfs) and the one the NVIDIA Container Toolkit writes (`nvidia-ctk runtime configure`),
 sysctl_runtime (module_utils/sysctl_runtime.py) over `systemd-analyze cat-config sysctl.d` of a lab node (systemd 252,
-Debian 12) with the role's drop-in, alone and with a vendor file read after it. The modules run as Ansible runs them,
-on files under tmp_path."""
+Debian 12) with the role's drop-in, alone and with a vendor file read after it, process_memory
+(module_utils/process_memory.py) over /proc/PID/status of a user process and of a kernel thread. The modules run as
+Ansible runs them, on files under tmp_path."""
 import json
 import os
 import subprocess
@@ -12,6 +13,7 @@ import sys
 import pytest
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils.docker_daemon_json import DaemonJsonError, merged, parse, render
+from ansible_collections.dgxspark.cluster.plugins.module_utils.process_memory import find, summary as process_summary, vmrss_kib
 from ansible_collections.dgxspark.cluster.plugins.module_utils.drop_caches import DropCachesError, drop, parse_meminfo, summary
 from ansible_collections.dgxspark.cluster.plugins.module_utils.sysctl_runtime import SysctlError, boot_value, normalized, proc_path
 
@@ -276,3 +278,57 @@ def test_the_module_without_systemd_analyze_or_proc_sys(tmp_path):
     assert not quiet['changed'] and quiet['boot_value'] is None and quiet['boot_files'] == []
     missing = run_module('sysctl_runtime', dict(args, name='vm.no_such_setting'))
     assert missing['failed'] and missing['msg'].startswith('cannot read %s/vm/no_such_setting' % tmp_path)
+
+
+# --- process_memory --------------------------------------------------------------------------------------------------
+
+STATUS_USER = fixture_text('proc_status_user.txt')
+STATUS_KTHREAD = fixture_text('proc_status_kthread.txt')
+USER_RSS_KIB = int(STATUS_USER.split('VmRSS:')[1].split()[0])
+
+
+def fake_proc(tmp_path, processes):
+    """A /proc with one directory per (pid, comm, status text), and the entries that are not processes."""
+    root = tmp_path / 'proc'
+    for pid, comm, status in processes:
+        (root / str(pid)).mkdir(parents=True)
+        (root / str(pid) / 'comm').write_text(comm + '\n')
+        (root / str(pid) / 'status').write_text(status)
+    (root / 'self').mkdir(parents=True, exist_ok=True)
+    (root / 'meminfo').write_text(MEMINFO)
+    return str(root)
+
+
+@pytest.mark.parametrize('status, kib', [(STATUS_USER, USER_RSS_KIB), (STATUS_KTHREAD, None), ('', None)])
+def test_vmrss_of_a_status_file(status, kib):
+    assert vmrss_kib(status) == kib
+
+
+@pytest.mark.parametrize('names, expected', [
+    (['Xorg', 'gnome-shell'], [(1301, 'gnome-shell'), (20001, 'Xorg')]),
+    # Names longer than the kernel's 15 characters compare on those 15 (gnome-session-binary is gnome-session-b).
+    (['gnome-session-binary'], [(1400, 'gnome-session-b')]),
+    # A kernel thread of that name holds no memory of its own and is left out; no match is an empty list.
+    (['kworker/0:1'], []),
+    (['plasmashell'], []),
+])
+def test_find_lists_the_named_user_space_processes_by_pid(tmp_path, names, expected):
+    proc = fake_proc(tmp_path, [(20001, 'Xorg', STATUS_USER), (1301, 'gnome-shell', STATUS_USER),
+                                (1400, 'gnome-session-b', STATUS_USER), (7, 'kworker/0:1', STATUS_KTHREAD), (2, 'sshd', STATUS_USER)])
+    assert [(p['pid'], p['comm']) for p in find(names, proc)] == expected
+    assert all(p['rss_kib'] == USER_RSS_KIB for p in find(names, proc))
+
+
+def test_process_summary():
+    assert process_summary([{'pid': 1234, 'comm': 'Xorg', 'rss_kib': 62669}, {'pid': 1301, 'comm': 'gnome-shell', 'rss_kib': 236032}]) \
+        == 'Xorg (pid 1234, 61.2 MiB), gnome-shell (pid 1301, 230.5 MiB)'
+    assert process_summary([]) == ''
+
+
+def test_the_module_reports_the_processes_and_their_memory(tmp_path):
+    proc = fake_proc(tmp_path, [(20001, 'Xorg', STATUS_USER), (20002, 'Xwayland', STATUS_USER)])
+    found = run_module('process_memory', {'names': ['Xorg', 'Xwayland'], 'proc': proc, '_ansible_check_mode': True})
+    assert not found['changed'] and [p['pid'] for p in found['processes']] == [20001, 20002]
+    assert found['rss_mib'] == round(2 * USER_RSS_KIB / 1024.0, 1) and found['summary'].startswith('Xorg (pid 20001, ')
+    none = run_module('process_memory', {'names': ['lightdm'], 'proc': proc})
+    assert (none['processes'], none['rss_mib'], none['summary']) == ([], 0.0, '')
