@@ -3,8 +3,9 @@ on a Linux 6.x host (fixtures/os_hardening/meminfo.txt), docker_daemon_json (mod
 lab node's daemon.json (lab/node/rootfs) and the one the NVIDIA Container Toolkit writes (`nvidia-ctk runtime configure`),
 sysctl_runtime (module_utils/sysctl_runtime.py) over `systemd-analyze cat-config sysctl.d` of a lab node (systemd 252,
 Debian 12) with the role's drop-in, alone and with a vendor file read after it, process_memory
-(module_utils/process_memory.py) over /proc/PID/status of a user process and of a kernel thread. The modules run as
-Ansible runs them, on files under tmp_path."""
+(module_utils/process_memory.py) over /proc/PID/status of a user process and of a kernel thread, default_target
+(module_utils/default_target.py) with a stand-in systemctl. The modules run as Ansible runs them, on files under
+tmp_path."""
 import json
 import os
 import subprocess
@@ -332,3 +333,47 @@ def test_the_module_reports_the_processes_and_their_memory(tmp_path):
     assert found['rss_mib'] == round(2 * USER_RSS_KIB / 1024.0, 1) and found['summary'].startswith('Xorg (pid 20001, ')
     none = run_module('process_memory', {'names': ['lightdm'], 'proc': proc})
     assert (none['processes'], none['rss_mib'], none['summary']) == ([], 0.0, '')
+
+
+# --- default_target --------------------------------------------------------------------------------------------------
+
+@pytest.fixture(name='systemctl')
+def fixture_systemctl(tmp_path):
+    """A stand-in systemctl: get-default reads the link as systemd does; show knows the units under tmp_path/lib (a unit it
+    does not know has an empty FragmentPath and rc 0, as systemctl answers)."""
+    lib = tmp_path / 'lib'
+    lib.mkdir()
+    for unit in ('multi-user.target', 'graphical.target'):
+        (lib / unit).write_text('[Unit]\nDescription=%s\n' % unit)
+    program = tmp_path / 'systemctl'
+    program.write_text('#!/bin/sh\n'
+                       'case "$1" in\n'
+                       '  get-default) basename "$(readlink %(link)s)";;\n'
+                       '  show) [ -e "%(lib)s/$4" ] && echo "%(lib)s/$4" || echo;;\n'
+                       '  *) exit 2;;\n'
+                       'esac\n' % {'link': tmp_path / 'default.target', 'lib': lib})
+    program.chmod(0o755)
+    os.symlink(str(lib / 'graphical.target'), str(tmp_path / 'default.target'))
+    return program
+
+
+def test_the_module_links_the_default_target_with_diff_and_check_mode(tmp_path, systemctl):
+    link = tmp_path / 'default.target'
+    args = {'target': 'multi-user.target', 'link': str(link), 'systemctl': str(systemctl)}
+    preview = run_module('default_target', dict(args, _ansible_check_mode=True, _ansible_diff=True))
+    assert preview['changed'] and preview['previous'] == 'graphical.target'
+    assert os.readlink(str(link)) == str(tmp_path / 'lib' / 'graphical.target')
+    assert preview['diff']['before'] == '-> %s\n' % (tmp_path / 'lib' / 'graphical.target')
+    assert preview['diff']['after'] == '-> %s\n' % (tmp_path / 'lib' / 'multi-user.target')
+    made = run_module('default_target', args)
+    assert made['changed'] and os.readlink(str(link)) == made['unit_file'] == str(tmp_path / 'lib' / 'multi-user.target')
+    again = run_module('default_target', args)
+    assert not again['changed'] and again['previous'] == 'multi-user.target' and again['unit_file'] is None
+
+
+def test_the_module_refuses_a_target_without_a_unit_file(tmp_path, systemctl):
+    link = tmp_path / 'default.target'
+    refused = run_module('default_target', {'target': 'no-such.target', 'link': str(link), 'systemctl': str(systemctl)})
+    assert refused['failed'] and refused['msg'] == ('cannot make the node boot into no-such.target: no-such.target has no unit '
+                                                    'file on this node (systemctl show --property=FragmentPath is empty)')
+    assert os.readlink(str(link)) == str(tmp_path / 'lib' / 'graphical.target')
