@@ -23,7 +23,7 @@ options:
     type: path
     default: /etc/docker/daemon.json
   merge:
-    description: The keys to merge in, for example V({"default-ulimits": {"memlock": {...}}}).
+    description: "The keys to merge in, for example C(default-ulimits) with its C(memlock) entry."
     type: dict
     required: true
 extends_documentation_fragment:

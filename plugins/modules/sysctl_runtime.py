@@ -15,7 +15,7 @@ description:
   - Reads O(name) from C(/proc/sys) and, with O(apply=true), writes O(value) there when it differs (the drop-in that
     holds it for the next boot is written by the caller, for example with M(ansible.builtin.template)).
   - Reads C(systemd-analyze cat-config sysctl.d), the files systemd-sysctl applies at boot in its order, and returns the
-    value the last of them sets (RV(boot_value)): a file read after the caller's drop-in wins at boot.
+    value the last of them sets (RV(boot_value)); a file read after the caller's drop-in wins at boot.
 options:
   name:
     description: The setting, for example V(vm.swappiness).
