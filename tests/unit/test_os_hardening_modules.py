@@ -93,7 +93,8 @@ def test_meminfo_without_a_line_is_refused(text, missing):
     ((10485760, 2097152), None, 'spark-alpha: would drop the page cache (check mode); MemAvailable 10.00 GiB, Cached 2.00 GiB now.'),
 ])
 def test_summary_reports_gib_before_and_after(before, after, expected):
-    as_dict = lambda pair: None if pair is None else {'MemAvailable': pair[0], 'Cached': pair[1]}  # noqa: E731
+    def as_dict(pair):
+        return None if pair is None else {'MemAvailable': pair[0], 'Cached': pair[1]}
     assert summary('spark-alpha', as_dict(before), as_dict(after)) == expected
 
 
