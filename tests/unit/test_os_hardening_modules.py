@@ -4,8 +4,9 @@ lab node's daemon.json (lab/node/rootfs) and the one the NVIDIA Container Toolki
 sysctl_runtime (module_utils/sysctl_runtime.py) over `systemd-analyze cat-config sysctl.d` of a lab node (systemd 252,
 Debian 12) with the role's drop-in, alone and with a vendor file read after it, process_memory
 (module_utils/process_memory.py) over /proc/PID/status of a user process and of a kernel thread, default_target
-(module_utils/default_target.py) with a stand-in systemctl. The modules run as Ansible runs them, on files under
-tmp_path."""
+(module_utils/default_target.py) with a stand-in systemctl, installed_units (module_utils/installed_units.py) over
+`systemctl show` of a lab node (systemd 252) with gdm (aliased gdm3) and lightdm installed. The modules run as Ansible
+runs them, on files under tmp_path."""
 import json
 import os
 import subprocess
@@ -14,6 +15,7 @@ import sys
 import pytest
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils.docker_daemon_json import DaemonJsonError, merged, parse, render
+from ansible_collections.dgxspark.cluster.plugins.module_utils.installed_units import installed, parse_show
 from ansible_collections.dgxspark.cluster.plugins.module_utils.process_memory import find, summary as process_summary, vmrss_kib
 from ansible_collections.dgxspark.cluster.plugins.module_utils.drop_caches import DropCachesError, drop, parse_meminfo, summary
 from ansible_collections.dgxspark.cluster.plugins.module_utils.sysctl_runtime import SysctlError, boot_value, normalized, proc_path
@@ -378,3 +380,45 @@ def test_the_module_refuses_a_target_without_a_unit_file(tmp_path, systemctl):
     assert refused['failed'] and refused['msg'] == ('cannot make the node boot into no-such.target: no-such.target has no unit '
                                                     'file on this node (systemctl show --property=FragmentPath is empty)')
     assert os.readlink(str(link)) == str(tmp_path / 'lib' / 'graphical.target')
+
+
+# --- installed_units -------------------------------------------------------------------------------------------------
+
+SHOW_NAMES = ['gdm.service', 'gdm3.service', 'lightdm.service', 'sddm.service', 'xdm.service']
+SHOW = fixture_text('systemctl_show_display_managers.txt')
+
+
+def test_parse_show_gives_one_block_per_name():
+    assert parse_show(SHOW) == [
+        {'Id': 'gdm.service', 'LoadState': 'loaded'}, {'Id': 'gdm.service', 'LoadState': 'loaded'},
+        {'Id': 'lightdm.service', 'LoadState': 'loaded'}, {'Id': 'sddm.service', 'LoadState': 'not-found'},
+        {'Id': 'xdm.service', 'LoadState': 'not-found'}]
+
+
+@pytest.mark.parametrize('text, names, units', [
+    # gdm3 is gdm: stopped once, under its own name; sddm and xdm are not installed.
+    (SHOW, SHOW_NAMES, ['gdm.service', 'lightdm.service']),
+    ('Id=sddm.service\nLoadState=not-found\n', ['sddm.service'], []),
+    # A masked unit is installed (systemd knows it), as service_facts listed it.
+    ('Id=gdm.service\nLoadState=masked\n\nId=nodm.service\nLoadState=not-found\n', ['gdm3.service', 'nodm.service'], ['gdm.service']),
+])
+def test_installed_units_are_the_loadable_ones_each_once(text, names, units):
+    assert installed(names, text) == units
+
+
+def test_an_answer_that_does_not_match_the_names_is_refused():
+    with pytest.raises(ValueError, match='answered 5 units for 2 names'):
+        installed(['gdm.service', 'lightdm.service'], SHOW)
+
+
+def test_the_module_asks_systemctl_once(tmp_path):
+    (tmp_path / 'show.txt').write_text(SHOW)
+    program = tmp_path / 'systemctl'
+    program.write_text('#!/bin/sh\n[ "$*" = "show --property=Id --property=LoadState %s" ] || exit 2\ncat %s\n'
+                       % (' '.join(SHOW_NAMES), tmp_path / 'show.txt'))
+    program.chmod(0o755)
+    found = run_module('installed_units', {'names': SHOW_NAMES, 'systemctl': str(program), '_ansible_check_mode': True})
+    assert not found['changed'] and found['units'] == ['gdm.service', 'lightdm.service']
+    refused = run_module('installed_units', {'names': ['gdm.service'], 'systemctl': str(program)})
+    assert refused['failed'] and refused['msg'].startswith('systemctl show failed (rc 2)')
+    assert run_module('installed_units', {'names': [], 'systemctl': str(program)})['units'] == []
