@@ -172,6 +172,18 @@ def compare(root, manifest, hasher=file_sha256):
     }
 
 
+def check(root, manifest, reserve_bytes=0, node='node'):
+    """A node's copy at ``root`` compared with ``manifest`` (compare's answer), with the free bytes there and
+    ``disk_problem``: why ``node`` has no room for what it lacks plus ``reserve_bytes`` ('' when it has). A directory
+    that does not exist lacks everything. Raises ManifestError for a manifest that is not usable."""
+    problems = validate(manifest)
+    if problems:
+        raise ManifestError('invalid manifest: ' + '; '.join(problems))
+    diff = compare(root if os.path.isdir(root) else '/nonexistent-dgxspark-model-dir', manifest)
+    free = free_bytes(root)
+    return dict(diff, free_bytes=free, disk_problem=disk_problem(node, root, diff['bytes_needed'], reserve_bytes, free) or '')
+
+
 def nearest_existing(path):
     """``path`` or its nearest parent that exists (a directory not made yet is written on its parent's filesystem)."""
     probe = os.path.abspath(path)

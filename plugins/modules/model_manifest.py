@@ -46,6 +46,12 @@ options:
   node:
     description: The node's name in messages (default its host name).
     type: str
+  entries:
+    description:
+      - With O(state=prepared), also write the manifest's entries (path, size, mtime, sha256) of the files the node lacks or
+        holds wrong to this file, mode 0600 - what the relay of the M(dgxspark.cluster.distribute) role receives and checks
+        as each arrives.
+    type: path
 extends_documentation_fragment:
   - dgxspark.cluster.attributes
   - dgxspark.cluster.attributes.POSIX
@@ -70,6 +76,13 @@ EXAMPLES = r"""
     manifest: "{{ model_source.manifest }}"
     reserve_bytes: 10000000000
   register: model_copy
+
+- name: Make a worker's copy ready to receive what it lacks, and list what it lacks for the relay
+  dgxspark.cluster.model_manifest:
+    path: /data/models/qwen3.5-397b-fp8
+    manifest: "{{ model_source.manifest }}"
+    state: prepared
+    entries: /run/dgxspark/distribute/model-entries.json
 """
 
 RETURN = r"""
@@ -122,10 +135,7 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils.model_manifest im
     PARTIAL_DIR,
     ManifestError,
     build,
-    compare,
-    disk_problem,
-    free_bytes,
-    validate,
+    check,
 )
 
 
@@ -195,6 +205,25 @@ def _prepare(module, path, manifest, diff):
     return True
 
 
+def _write_entries(module, target, manifest, diff):
+    """Write the entries of the files the node lacks or holds wrong (manifest order) when they differ from the file's;
+    returns whether it did (or would, in check mode)."""
+    lacking = set(diff['missing'] + diff['wrong'])
+    content = json.dumps([entry for entry in manifest['files'] if entry['path'] in lacking])
+    try:
+        with open(target) as handle:
+            if handle.read() == content:
+                return False
+    except OSError:
+        pass
+    if not module.check_mode:
+        with open(target + '.tmp', 'w') as handle:
+            os.chmod(target + '.tmp', 0o600)
+            handle.write(content)
+        os.rename(target + '.tmp', target)
+    return True
+
+
 def _verify(module, path, manifest, diff):
     problems = ['%s missing' % rel for rel in diff['missing']] + ['%s differs from the source' % rel for rel in diff['wrong']]
     problems += ['symlink %s missing or pointing elsewhere' % rel for rel in diff['links_to_fix']]
@@ -218,6 +247,7 @@ def main():
             manifest=dict(type='dict'),
             reserve_bytes=dict(type='int', default=0),
             node=dict(type='str'),
+            entries=dict(type='path'),
         ),
         required_if=[('state', 'check', ['manifest']), ('state', 'prepared', ['manifest']), ('state', 'verified', ['manifest'])],
         supports_check_mode=True,
@@ -226,20 +256,16 @@ def main():
     try:
         if state == 'source':
             _source(module, path)
-        problems = validate(manifest)
-        if problems:
-            module.fail_json(msg='invalid manifest: ' + '; '.join(problems))
-        diff = compare(path, manifest) if os.path.isdir(path) else compare('/nonexistent-dgxspark-model-dir', manifest)
+        diff = check(path, manifest, module.params['reserve_bytes'], module.params['node'] or os.uname()[1])
     except ManifestError as exc:
         module.fail_json(msg=str(exc))
-    free = free_bytes(path)
-    result = dict(diff, free_bytes=free, path=path)
+    result = dict(diff, path=path)
     if state == 'check':
-        result['disk_problem'] = disk_problem(module.params['node'] or os.uname()[1], path, diff['bytes_needed'],
-                                              module.params['reserve_bytes'], free) or ''
         module.exit_json(changed=False, **result)
+    del result['disk_problem']
     if state == 'prepared':
-        module.exit_json(changed=_prepare(module, path, manifest, diff), **result)
+        changed = bool(module.params['entries']) and _write_entries(module, module.params['entries'], manifest, diff)
+        module.exit_json(changed=_prepare(module, path, manifest, diff) or changed, **result)
     module.exit_json(changed=_verify(module, path, manifest, diff), **result)
 
 

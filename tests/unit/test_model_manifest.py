@@ -279,3 +279,42 @@ def test_a_link_to_a_directory_outside_is_refused(tmp_path):
     os.symlink(str(entry / 'blobs'), str(entry / 'snapshots' / ('0' * 40) / 'more'))
     with pytest.raises(ManifestError, match=r'more in the model directory .* is a link to the directory .*blobs, outside it'):
         build(str(entry / 'snapshots' / ('0' * 40)), None)
+
+
+@pytest.mark.parametrize('check_mode', [False, True], ids=['run', 'check-mode'])
+def test_a_prepared_copy_lists_what_it_lacks_for_the_relay_in_manifest_order(tmp_path, check_mode):
+    manifest, _hashed = build(make_model(tmp_path / 'source', SHARDS), None)
+    node = make_model(tmp_path / 'node', {'config.json': SHARDS['config.json'],  # right: not listed
+                                          'model-00002-of-00002.safetensors': b'x' * 10})  # wrong size: listed again
+    entries = tmp_path / 'model-entries.json'
+    args = {'path': node, 'manifest': manifest, 'state': 'prepared', 'entries': str(entries), '_ansible_check_mode': check_mode}
+    result = run_manifest_module(tmp_path, args)
+    assert result['changed'] and not result.get('failed'), result
+    if check_mode:
+        assert not entries.exists()
+        return
+    listed = json.loads(entries.read_text())
+    assert [entry['path'] for entry in listed] == ['model-00001-of-00002.safetensors', 'model-00002-of-00002.safetensors',
+                                                   'model.safetensors.index.json']
+    assert listed == [entry for entry in manifest['files'] if entry['path'] in set(e['path'] for e in listed)]
+    assert oct(entries.stat().st_mode & 0o777) == '0o600'
+    # Once prepared (the wrong file removed: now missing), the same run again lists the same files and changes nothing.
+    again = run_manifest_module(tmp_path, args)
+    assert json.loads(entries.read_text()) == listed and again['changed'] is False, again
+
+
+@pytest.mark.parametrize('files, reserve, problem', [
+    (SHARDS, 0, ''),
+    ({}, 0, ''),
+    ({}, 10 ** 18, 'spark-beta: not enough disk for the model at {dir}: 1.9 KB to copy + 1000000.0 TB kept free'),
+], ids=['complete', 'empty, with room', 'empty, no room'])
+def test_check_compares_a_copy_and_names_a_node_without_room(tmp_path, files, reserve, problem):
+    from ansible_collections.dgxspark.cluster.plugins.module_utils.model_manifest import check
+    manifest, _hashed = build(make_model(tmp_path / 'source', SHARDS), None)
+    node = make_model(tmp_path / 'node', files) if files else str(tmp_path / 'absent')
+    found = check(node, manifest, reserve, 'spark-beta')
+    assert found['complete'] == (files == SHARDS)
+    assert found['bytes_needed'] == (0 if files else manifest['total_bytes'])
+    assert found['disk_problem'].startswith(problem.format(dir=node)) and bool(found['disk_problem']) == bool(problem)
+    with pytest.raises(ManifestError, match='^invalid manifest: '):
+        check(node, {'files': [{'path': '../x', 'size': 1, 'mtime_ns': 1, 'sha256': 'a'}]})
