@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: dgxspark.cluster contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Action plugin for dgxspark.cluster.distribute_routes: who receives what and along which chain, on the controller."""
+"""Action plugin for dgxspark.cluster.distribute_routes: who receives what, along which chain, and what the copies are
+made of, on the controller."""
 
 from __future__ import annotations
 
@@ -14,11 +15,16 @@ ARGUMENT_SPEC = dict(
     plan=dict(type='dict', required=True),
     head=dict(type='str', required=True),
     image=dict(type='bool', default=True),
+    reserve_bytes=dict(type='int', default=0),
+    relay=dict(type='dict'),
+    image_name=dict(type='str', default=''),
+    model_dir=dict(type='str', default=''),
+    manifest=dict(type='dict'),
 )
 
 
 class ActionModule(ActionBase):
-    """Read what every node of the play found; change nothing."""
+    """Read what every node of the play found; change nothing; fail, naming every node, when one lacks room."""
 
     TRANSFERS_FILES = False
     _requires_connection = False
@@ -29,6 +35,11 @@ class ActionModule(ActionBase):
         del tmp
         _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         found = action_call('distribute_routes', routes, task_vars.get('hostvars') or {}, args['plan'],
-                            list(task_vars.get('ansible_play_hosts') or []), args['head'], image=args['image'])
+                            list(task_vars.get('ansible_play_hosts') or []), args['head'], image=args['image'],
+                            reserve_bytes=args['reserve_bytes'], relay=args['relay'], image_name=args['image_name'],
+                            model_dir=args['model_dir'], manifest=args['manifest'])
         result.update(found, changed=False)
+        if found['problems']:
+            # Every node's room is checked before any node receives a byte.
+            result.update(failed=True, msg=' | '.join(found['problems']))
         return result
