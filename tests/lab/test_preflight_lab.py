@@ -193,10 +193,12 @@ def test_bad_role_variables_are_refused_by_the_plan_before_any_node_changes(stop
            "dgxspark_api_allowed_cidrs": ["10.99.0.1/16"], "ray_cluster_restart_policy": "never"}
     rc, out = run_playbook(stopped_lab, "deploy-397b.yml", "-e", json.dumps(bad), timeout=300)
     assert rc != 0, out[-4000:]
-    assert "The cluster plan is invalid (4 problems)" in out, out[-6000:]
+    # The lab gives Prometheus the API's networks (dgxspark_monitoring_allowed_cidrs): the bad network is refused for both.
+    assert "The cluster plan is invalid (5 problems)" in out, out[-6000:]
     for text in ("vllm_container_extra_env sets HF_TOKEN, a secret", "hf_not_a_real_token",
                  "port 6379 is given to ray_cluster_ports.gcs and vllm_container_port (the vLLM API)",
                  "dgxspark_api_allowed_cidrs has 10.99.0.1/16, which has host bits set: did you mean 10.99.0.0/16?",
+                 "dgxspark_monitoring_allowed_cidrs has 10.99.0.1/16, which has host bits set: did you mean 10.99.0.0/16?",
                  "value of ray_cluster_restart_policy must be one of: no, always, unless-stopped, on-failure, got: never"):
         if text == "hf_not_a_real_token":
             assert text not in out  # the refusal names the variable, never the secret
