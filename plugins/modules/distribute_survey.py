@@ -100,7 +100,7 @@ image:
   sample: {id: "sha256:3f2a...", size: 19000000000}
 image_room:
   description: Where a received image would go (C(needs) - C(path), C(role)) and each file system there (C(device),
-    C(paths), C(free) bytes), as M(dgxspark.cluster.disk_room) counts them.
+    C(paths), C(free) bytes), as module_utils/disk_room.py counts them.
   returned: when O(image) is given
   type: dict
 has_manifest:
