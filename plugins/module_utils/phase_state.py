@@ -7,7 +7,8 @@ A phase (network, os, ray, vllm) records, after it converged, a stamp on the nod
 controller's variables, the plan and the collection's code) and the digest of what it left (files, live interfaces,
 containers, kernel settings, nftables tables). A later run compares both: equal means nothing to do, so the phase is skipped; any
 difference (a new variable, a file edited by hand, an address gone, a container recreated or restarted by Docker)
-runs the phase in full. Pure functions; the module reads the node.
+runs the phase in full. Pure functions; the module reads the node, and the controller computes the inputs digest
+(plugin_utils/phase_inputs.py).
 """
 
 from __future__ import annotations
@@ -25,26 +26,6 @@ PHASE_RE = re.compile(r'^[a-z][a-z0-9_]*$')
 WATCH_KINDS = ('files', 'interfaces', 'containers', 'sysctls', 'nft_tables', 'services')
 STAMP_VERSION = 1
 
-# What only the model's phases read (distribute, ray, vllm): the plan's model, sizing and serving parts, and the
-# variables that choose and size the model. A phase whose roles read none of them (network, os, firewall: the rails,
-# the OS, the ports) leaves them out of its inputs, so that another model, context length or Hugging Face token does
-# not run it again. tests/unit/test_phase_state.py checks that those roles read none of them.
-MODEL_PLAN_KEYS = ('api', 'assumptions', 'decode', 'enable_expert_parallel', 'gpu_memory_utilization', 'gpus', 'hf_repo',
-                   'kv_cache', 'kv_cache_dtype', 'max_model_len', 'memory', 'model_profile', 'model_revision', 'patches',
-                   'pipeline_parallel_size', 'presets', 'tensor_parallel_size', 'variables', 'vllm_options', 'warnings',
-                   'world_size')
-MODEL_VARIABLES = ('dgxspark_allow_expert_parallel_with_fp8_moe', 'dgxspark_allow_gpu_memory_utilization_above_ceiling',
-                   'dgxspark_distribute_image', 'dgxspark_distribute_model', 'dgxspark_enable_expert_parallel',
-                   'dgxspark_gpu_memory_utilization', 'dgxspark_hf_token', 'dgxspark_kv_cache_dtype',
-                   'dgxspark_max_model_len', 'dgxspark_model', 'dgxspark_model_dir', 'dgxspark_model_download',
-                   'dgxspark_model_profile', 'dgxspark_model_revision', 'dgxspark_node_memory_bandwidth_gbs',
-                   'dgxspark_node_memory_gib', 'dgxspark_pipeline_parallel_size', 'dgxspark_profiles_dir',
-                   # a seed playbook's fixed shape (model, TP x PP): what it changes is in the plan, digested as such
-                   'dgxspark_plan_presets',
-                   'dgxspark_runtime_overhead_gib', 'dgxspark_site_patches', 'dgxspark_site_patches_dir',
-                   'dgxspark_tensor_parallel_size', 'dgxspark_vllm_site_args')
-
-
 class PhaseStateError(ValueError):
     """Inputs that cannot describe a phase's state."""
 
@@ -56,53 +37,6 @@ def canonical_json(data):
 
 def digest(data):
     return hashlib.sha256(canonical_json(data).encode('utf-8')).hexdigest()
-
-
-def without_model_inputs(data):
-    """The inputs {'plan': ..., 'vars': ...} of a phase that reads nothing of the model, less MODEL_PLAN_KEYS and
-    MODEL_VARIABLES (other keys are kept as they are)."""
-    if not isinstance(data, Mapping):
-        raise PhaseStateError('the inputs of a model-free phase must be a mapping with plan and vars, got %s'
-                              % type(data).__name__)
-    kept = dict(data)
-    for part, names in (('plan', MODEL_PLAN_KEYS), ('vars', MODEL_VARIABLES)):
-        if isinstance(kept.get(part), Mapping):
-            kept[part] = dict((k, v) for k, v in kept[part].items() if k not in names)
-    return kept
-
-
-#: What the plan reports about how it was made, never what a node runs: where a value came from (the playbook's presets)
-#: and the warnings. A value set in the inventory instead of a preset, with the same result, is no new input.
-PLAN_REPORT_KEYS = ('presets', 'warnings')
-
-
-def without_reports(data):
-    """The inputs {'plan': ..., 'vars': ...} less the plan's reports (PLAN_REPORT_KEYS) and less the raw variables that the
-    plan resolved (its 'variables'): the roles read the plan's values, so only those are inputs."""
-    if not isinstance(data, Mapping) or not isinstance(data.get('plan'), Mapping):
-        return data
-    plan = dict((key, value) for key, value in data['plan'].items() if key not in PLAN_REPORT_KEYS)
-    planned = set(plan.get('variables') or {})
-    variables = data.get('vars')
-    if isinstance(variables, Mapping):
-        variables = dict((name, value) for name, value in variables.items() if name not in planned)
-    return dict(data, plan=plan, vars=variables)
-
-
-def with_containers(data, kinds):
-    """The inputs {'plan': ..., 'vars': ...} of a phase with only the serving containers of the plan it runs (kinds: of
-    'ray', 'vllm'): a changed vLLM option is the vllm phase's input alone, not Ray's or the supervisor's."""
-    if not isinstance(data, Mapping) or not isinstance(data.get('plan'), Mapping):
-        return data
-    kinds = list(kinds or [])
-    plan = dict(data['plan'])
-    if kinds and isinstance(plan.get('containers'), Mapping):
-        plan['containers'] = dict((host, dict((kind, (specs or {}).get(kind)) for kind in kinds))
-                                  for host, specs in plan['containers'].items())
-    else:
-        plan.pop('containers', None)
-        plan.pop('node_env', None)
-    return dict(data, plan=plan)
 
 
 def validate_phase(phase):
@@ -187,21 +121,3 @@ def compare(stamp, phase, inputs_digest, observed):
 def make_stamp(phase, inputs_digest, observed):
     return {'version': STAMP_VERSION, 'phase': phase, 'inputs_digest': inputs_digest, 'observed_digest': digest(observed),
             'observed': observed}
-
-
-def code_digest(root, paths):
-    """sha256 over the relative names and contents of every file under root/<path> (sorted), caches excluded."""
-    sha = hashlib.sha256()
-    for rel in sorted(paths):
-        top = os.path.join(root, rel)
-        if not os.path.exists(top):
-            raise PhaseStateError('%s does not exist: name a file or directory of the collection.' % top)
-        files = [top] if os.path.isfile(top) else sorted(
-            os.path.join(d, f) for d, dirs, fs in os.walk(top) for f in fs
-            if '__pycache__' not in d and not f.endswith('.pyc'))
-        for path in files:
-            sha.update(os.path.relpath(path, root).encode('utf-8') + b'\0')
-            with open(path, 'rb') as handle:
-                sha.update(handle.read())
-            sha.update(b'\0')
-    return sha.hexdigest()

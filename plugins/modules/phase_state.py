@@ -13,8 +13,11 @@ version_added: 0.2.0
 author: dgxspark.cluster contributors (@dgxspark)
 description:
   - A deployment phase (network, os, ray, vllm) records, once it converged, a stamp on the node in O(stamp_dir)/<phase>.json
-    with the digest of its inputs (O(inputs_digest), computed on the controller by the C(dgxspark.cluster.phase_inputs_digest)
-    filter from the variables, the plan and the collection's code) and the state of what it manages (O(watch)).
+    with the digest of its inputs (the variables, the plan and the collection's code) and the state of what it manages
+    (O(watch)).
+  - "With O(phases) and O(definitions) (the deployment's phases, C(playbooks/vars/phases.yml)) it checks several phases in
+    one call: the action plugin computes each one's inputs digest on the controller from the task's variables, and the node
+    reads what each watches. A re-run with nothing to do then costs one call for every phase."
   - With O(state=check) (read-only) it returns RV(converged)=true only when the stamp exists, its inputs digest is the one given,
     and what it manages is exactly as recorded, so a playbook can skip the phase; otherwise RV(reason) says what differs.
   - "What it watches, read on the node: files (sha256 of the content, mode and owner, or absent; a symlink's target), interfaces
@@ -25,13 +28,31 @@ description:
   - With O(state=recorded) it writes the stamp (mode 0600) when it differs; check mode and C(--diff) show the change.
 options:
   phase:
-    description: The phase's name (lower case), also the stamp's file name.
+    description: The phase's name (lower case), also the stamp's file name; with O(inputs_digest) and O(watch), one phase.
     type: str
-    required: true
   inputs_digest:
-    description: The digest of the phase's inputs, from the C(dgxspark.cluster.phase_inputs_digest) filter.
+    description: The digest of the phase's inputs (RV(phases) of a check returns it, to record the digest the check compared).
     type: str
-    required: true
+  phases:
+    description:
+      - The phases to check at once (O(state=check)), each defined in O(definitions); instead of O(phase).
+    type: list
+    elements: str
+  definitions:
+    description:
+      - What each phase takes as inputs and watches, by phase name (C(dgxspark_phase_definitions)). Keys V(roles) (the roles
+        it runs), V(inputs_from) (roles whose variables and code are its inputs, default V(roles)), V(model_free) (leave the
+        model's variables and plan keys out), V(containers) (the kinds of the plan's serving containers it runs, V(ray) or
+        V(vllm)), V(unread) (cluster variables it never reads), V(watch) (as O(watch)).
+      - Its inputs are the variables named C(dgxspark_*) or after a role of V(inputs_from), less facts the roles set while
+        running, the deployment's bookkeeping (C(dgxspark_phase*), C(dgxspark_release_*), C(dgxspark_plan*)) and V(unread),
+        with the plan (C(dgxspark_plan)) and the collection's code.
+    type: dict
+  checks:
+    description:
+      - Set by the action plugin from O(phases) and O(definitions) (each V(phase), V(inputs_digest), V(watch)); not set by hand.
+    type: list
+    elements: dict
   watch:
     description:
       - What the phase manages, by kind; each a list of names.
@@ -59,51 +80,64 @@ attributes:
   diff_mode:
     support: full
     details: With O(state=recorded) the diff shows the stamp before and after.
+  action:
+    support: full
+    details: Computes the inputs digests of O(phases) on the controller.
+notes:
+  - O(phase) or O(phases) is required; O(phases) only with O(state=check).
 """
 
 EXAMPLES = r"""
-- name: See whether the ray phase has anything to do
+- name: See whether the ray and vllm phases have anything to do, in one call
   dgxspark.cluster.phase_state:
-    phase: ray
-    inputs_digest: "{{ {'plan': dgxspark_plan} | dgxspark.cluster.phase_inputs_digest(['roles/ray_cluster']) }}"
-    watch:
-      containers: [dgxspark-ray]
-      files: [/etc/dgxspark/secrets/ray_token]
-  register: ray_phase
+    phases: [ray, vllm]
+    definitions:
+      ray:
+        roles: [ray_cluster]
+        containers: [ray]
+        watch: {containers: [dgxspark-ray], files: [/etc/dgxspark/secrets/ray_token]}
+      vllm:
+        roles: [vllm_container]
+        containers: [vllm]
+        watch: {containers: [dgxspark-vllm]}
+  register: phase_checks
 
-- name: Record that the ray phase converged
+- name: Record that the ray phase converged, with the digest its check compared
   dgxspark.cluster.phase_state:
     phase: ray
-    inputs_digest: "{{ {'plan': dgxspark_plan} | dgxspark.cluster.phase_inputs_digest(['roles/ray_cluster']) }}"
-    watch:
-      containers: [dgxspark-ray]
-      files: [/etc/dgxspark/secrets/ray_token]
+    inputs_digest: "{{ phase_checks.phases.ray.inputs_digest }}"
+    watch: {containers: [dgxspark-ray], files: [/etc/dgxspark/secrets/ray_token]}
     state: recorded
 """
 
 RETURN = r"""
 converged:
-  description: True when the phase converged before with the same inputs and what it manages is unchanged (always false after recording).
+  description: True when the phase (with O(phases), every one) converged before with the same inputs and what it manages is unchanged (always false after recording).
   returned: always
   type: bool
 reason:
   description: Why the phase is (not) converged, in one sentence.
-  returned: always
+  returned: with O(phase)
   type: str
   sample: the inputs of phase ray changed (variables, plan or collection code)
 observed:
   description: What was read of the watched things, by kind and name (null for an absent one).
-  returned: always
+  returned: with O(phase)
   type: dict
 stamp_path:
   description: The stamp's path on the node.
   returned: always
   type: str
 inputs_digest:
-  description: The O(inputs_digest) it was given, so that the task that records the phase records the digest this check
-    compared (computed once, before the phase's roles ran).
-  returned: always
+  description: The O(inputs_digest) it was given.
+  returned: with O(phase)
   type: str
+phases:
+  description: With O(phases), each phase's check by name (V(converged), V(reason), V(inputs_digest)), so that the task that
+    records a phase records the digest its check compared (computed once, before the phase's roles ran).
+  returned: with O(phases)
+  type: dict
+  sample: {ray: {converged: true, reason: phase ray converged before, inputs_digest: 9f2c...}}
 """
 
 import hashlib
@@ -212,18 +246,44 @@ def read_stamp(path):
         return None
 
 
+def check_several(module, checks):
+    """Each phase of checks against its stamp: {phase: {converged, reason, inputs_digest}}."""
+    found = {}
+    for check in checks:
+        phase = validate_phase(check.get('phase'))
+        observed = observe(module, validate_watch(check.get('watch') or {}))
+        path = os.path.join(module.params['stamp_dir'], phase + '.json')
+        converged, reason = compare(read_stamp(path), phase, check.get('inputs_digest'), observed)
+        found[phase] = dict(converged=converged, reason=reason, inputs_digest=check.get('inputs_digest'))
+    return found
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            phase=dict(type='str', required=True),
-            inputs_digest=dict(type='str', required=True),
+            phase=dict(type='str'),
+            inputs_digest=dict(type='str'),
+            phases=dict(type='list', elements='str'),
+            definitions=dict(type='dict'),
+            checks=dict(type='list', elements='dict'),
             watch=dict(type='dict', default={}),
             state=dict(type='str', choices=['check', 'recorded'], default='check'),
             stamp_dir=dict(type='path', default='/var/lib/dgxspark/phases'),
         ),
+        required_one_of=[('phase', 'checks')],
+        required_together=[('phase', 'inputs_digest')],
+        mutually_exclusive=[('phase', 'checks')],
         supports_check_mode=True,
     )
     params = module.params
+    if params['checks'] is not None:
+        if params['state'] != 'check':
+            module.fail_json(msg='phase_state: several phases (phases) are only checked; record one phase at a time (phase)')
+        try:
+            found = check_several(module, params['checks'])
+        except PhaseStateError as exc:
+            module.fail_json(msg=str(exc))
+        module.exit_json(changed=False, phases=found, converged=all(v['converged'] for v in found.values()))
     try:
         phase = validate_phase(params['phase'])
         watch = validate_watch(params['watch'])

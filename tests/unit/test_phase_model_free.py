@@ -1,5 +1,5 @@
 """Phases whose roles read nothing of the model (network, os, firewall) leave the model's inputs out of their digest:
-the table of what is left out, the filter on real plan data, and a check over deploy.yml, the roles of those phases and
+the table of what is left out, the digest on real plan data, and a check over playbooks/vars/phases.yml, the roles of those phases and
 the plugins they call that none of them reads a left-out variable or plan key."""
 import os
 import re
@@ -7,10 +7,10 @@ import re
 import pytest
 import yaml
 
-from ansible.errors import AnsibleFilterError
-from ansible_collections.dgxspark.cluster.plugins.filter.phase_inputs_digest import phase_inputs_digest
-from ansible_collections.dgxspark.cluster.plugins.module_utils.phase_state import (
-    MODEL_PLAN_KEYS, MODEL_VARIABLES, PhaseStateError, without_model_inputs)
+from ansible_collections.dgxspark.cluster.plugins.module_utils.phase_state import PhaseStateError
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.phase_inputs import (
+    MODEL_PLAN_KEYS, MODEL_VARIABLES, without_model_inputs)
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.phase_inputs import inputs_digest as phase_inputs_digest
 
 REPO = os.path.join(os.path.dirname(__file__), '..', '..')
 # A plan of inventories/4node as the cluster_plan action returns it (trimmed to one key of each kind).
@@ -56,19 +56,17 @@ def test_without_model_inputs_keeps_the_rest_and_the_input_intact():
 def test_a_model_free_digest_needs_plan_and_vars(data):
     with pytest.raises(PhaseStateError):
         without_model_inputs(data)
-    with pytest.raises(AnsibleFilterError, match='model-free phase must be a mapping'):
+    with pytest.raises(PhaseStateError, match='model-free phase must be a mapping'):
         phase_inputs_digest(data, [], model_free=True)
 
 
+def _definitions():
+    with open(os.path.join(REPO, 'playbooks', 'vars', 'phases.yml'), encoding='utf-8') as handle:
+        return yaml.safe_load(handle)['dgxspark_phase_definitions']
+
+
 def _model_free_roles():
-    with open(os.path.join(REPO, 'playbooks', 'deploy.yml'), encoding='utf-8') as handle:
-        plays = yaml.safe_load(handle)
-    roles = {}
-    for play in plays:
-        variables = play.get('vars') or {}
-        if variables.get('dgxspark_phase_model_free'):
-            roles[variables['dgxspark_phase']] = variables['dgxspark_phase_roles']
-    return roles
+    return dict((name, d['roles']) for name, d in _definitions().items() if d.get('model_free'))
 
 
 def _files(paths):
@@ -134,7 +132,7 @@ def test_a_model_free_role_reads_no_model_input(role):
         with open(path, encoding='utf-8') as handle:
             text = handle.read()
         hits += ['%s: %s' % (os.path.relpath(path, REPO), m) for m in variable.findall(text) + plan_key.findall(text)]
-    assert hits == [], 'a model-free phase reads a model input: mark it so in deploy.yml or narrow the lists'
+    assert hits == [], 'a model-free phase reads a model input: mark it so in playbooks/vars/phases.yml or narrow the lists'
 
 
 def test_the_check_follows_a_role_into_its_plugins_and_their_utils():
@@ -144,12 +142,10 @@ def test_the_check_follows_a_role_into_its_plugins_and_their_utils():
 
 
 # Narrower than model-free: phases whose roles read the model's profile (patches, name, memory) but not which model
-# directory serves (dgxspark_phase_unread), and phases that read a few named variables of other roles rather than all of
-# theirs (dgxspark_phase_reads). A role that starts reading one of them must make the check below fail.
+# directory serves (unread), and a phase that reads another role's variables takes them all (inputs_from). A role that
+# starts reading one of them must make the check below fail.
 def _phases():
-    with open(os.path.join(REPO, 'playbooks', 'deploy.yml'), encoding='utf-8') as handle:
-        return dict((p['vars']['dgxspark_phase'], p['vars']) for p in yaml.safe_load(handle)
-                    if 'dgxspark_phase' in (p.get('vars') or {}))
+    return _definitions()
 
 
 def _role_variables():
@@ -180,32 +176,28 @@ PHASES = _phases()
 
 
 def test_the_phases_that_name_what_they_read_and_leave_out():
-    unread = dict((name, sorted(v['dgxspark_phase_unread'])) for name, v in PHASES.items() if 'dgxspark_phase_unread' in v)
+    unread = dict((name, sorted(v['unread'])) for name, v in PHASES.items() if 'unread' in v)
     assert unread == {'ray': ['dgxspark_model'], 'supervisor': ['dgxspark_model', 'dgxspark_serving_image'],
                       'monitoring': ['dgxspark_model', 'dgxspark_serving_image']}
-    # every phase takes what it needs of another role from the plan, or takes all that role's variables
-    assert sorted(n for n, v in PHASES.items() if 'dgxspark_phase_reads' in v) == []
 
 
 @pytest.mark.parametrize('phase', sorted(PHASES))
 def test_a_phase_takes_every_variable_of_another_role_its_roles_read(phase):
     settings = PHASES[phase]
-    taken = set(settings.get('dgxspark_phase_inputs_from', settings['dgxspark_phase_roles']))
+    taken = set(settings.get('inputs_from', settings['roles']))
     others = set().union(*(names for role, names in _role_variables().items() if role not in taken))
     read = set()
-    for role in settings['dgxspark_phase_roles']:
+    for role in settings['roles']:
         read |= _read_in(os.path.join(REPO, 'roles', role), others, plugins=False)
-    assert sorted(read - set(settings.get('dgxspark_phase_reads', []))) == [], (
-        'deploy.yml: name them in the phase\'s dgxspark_phase_reads (or its dgxspark_phase_inputs_from)')
-    # and it lists nothing it does not read (a stale entry would run it for nothing)
-    assert sorted(set(settings.get('dgxspark_phase_reads', [])) - read) == []
+    # every phase takes what it needs of another role from the plan, or takes all that role's variables
+    assert sorted(read) == [], 'playbooks/vars/phases.yml: take that role\'s variables in the phase\'s inputs_from'
 
 
-@pytest.mark.parametrize('phase', sorted(n for n, v in PHASES.items() if v.get('dgxspark_phase_unread')))
+@pytest.mark.parametrize('phase', sorted(n for n, v in PHASES.items() if v.get('unread')))
 def test_a_phase_reads_none_of_the_variables_it_leaves_out(phase):
     settings = PHASES[phase]
-    unread = set(settings['dgxspark_phase_unread'])
-    for role in settings['dgxspark_phase_roles']:
+    unread = set(settings['unread'])
+    for role in settings['roles']:
         assert _read_in(os.path.join(REPO, 'roles', role), unread) == set(), (phase, role)
 
 

@@ -6,7 +6,6 @@ import pytest
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils.phase_state import (
     PhaseStateError,
-    code_digest,
     compare,
     container_state,
     digest,
@@ -16,6 +15,7 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils.phase_state impor
     validate_phase,
     validate_watch,
 )
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.phase_inputs import code_digest
 
 # `ip -j addr show dev enp1s0f1np1` on a configured lab node (iproute2 6.1, bookworm).
 IP_JSON = json.dumps([{
@@ -160,3 +160,23 @@ def test_module_records_then_converges_then_sees_a_hand_edit(tmp_path):
 def test_module_refuses_a_bad_watch(tmp_path):
     result = run_phase_module(tmp_path, {"phase": "os", "inputs_digest": "d", "watch": {"volumes": []}})
     assert result["failed"] is True and "watch has unknown kind(s) volumes" in result["msg"]
+
+
+def test_module_checks_several_phases_in_one_call(tmp_path):
+    managed = tmp_path / "managed.conf"
+    managed.write_text("a\n")
+    stamps = tmp_path / "stamps"
+    os_args = {"phase": "os", "inputs_digest": "d1", "stamp_dir": str(stamps), "watch": {"files": [str(managed)]}}
+    run_phase_module(tmp_path, dict(os_args, state="recorded"))
+    checks = [{"phase": "os", "inputs_digest": "d1", "watch": {"files": [str(managed)]}},
+              {"phase": "firewall", "inputs_digest": "d2", "watch": {}}]
+    both = run_phase_module(tmp_path, {"checks": checks, "stamp_dir": str(stamps)})
+    assert both["changed"] is False and both["converged"] is False
+    assert both["phases"]["os"] == {"converged": True, "reason": both["phases"]["os"]["reason"], "inputs_digest": "d1"}
+    assert both["phases"]["firewall"]["converged"] is False and "firewall" in both["phases"]["firewall"]["reason"]
+    managed.write_text("b\n")
+    assert "(files)" in run_phase_module(tmp_path, {"checks": checks[:1], "stamp_dir": str(stamps)})["phases"]["os"]["reason"]
+    refused = run_phase_module(tmp_path, {"checks": checks, "state": "recorded", "stamp_dir": str(stamps)})
+    assert refused["failed"] is True and "record one phase at a time" in refused["msg"]
+    bad = run_phase_module(tmp_path, {"checks": [{"phase": "Os", "inputs_digest": "d", "watch": {}}], "stamp_dir": str(stamps)})
+    assert bad["failed"] is True and "lower-case name" in bad["msg"]

@@ -14,7 +14,7 @@ import pytest
 
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils import cluster_plan as cp
 from ansible_collections.dgxspark.cluster.plugins.module_utils.nccl_env import NODE_VALUE, compute_nccl_env
-from ansible_collections.dgxspark.cluster.plugins.module_utils.phase_state import with_containers
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.phase_inputs import with_containers
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils import serving_command as sc
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
