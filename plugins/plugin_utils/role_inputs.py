@@ -136,7 +136,6 @@ ORDERS = (
     ('vllm_container_stall_timeout', 'vllm_container_ready_timeout', 'a load that stalls is stopped before the deadline of '
      'the whole load'),
 )
-EPHEMERAL_PORTS = 'node_firewall_ephemeral_ports'
 # [MIN, MAX] MHz for `nvidia-smi -lgc MIN,MAX` at boot; [] leaves the driver's own clocks.
 GPU_CLOCKS = 'os_hardening_gpu_clocks_mhz'
 # Names written into docker commands, systemd units and files: what Docker and systemd take, nothing to quote.
@@ -330,13 +329,6 @@ def value_problems(values_by_host):
             text = ("%s is %r: give [MIN, MAX] in MHz with MIN <= MAX, e.g. [0, 2200] (nvidia-smi -lgc MIN,MAX at boot), "
                     "or [] for the driver's own clocks" % (GPU_CLOCKS, clocks))
             found.setdefault(text, set()).add(host)
-        given = values.get(EPHEMERAL_PORTS)
-        if given is not None:
-            match = re.match(r'^\s*(\d+)\s*-\s*(\d+)\s*$', str(given))
-            if not match or not 1 <= int(match.group(1)) <= int(match.group(2)) <= 65535:
-                text = ('%s is %r: give the kernel\'s ephemeral range as LOW-HIGH (cat /proc/sys/net/ipv4/ip_local_port_range; '
-                        'the default is 32768-60999)' % (EPHEMERAL_PORTS, given))
-                found.setdefault(text, set()).add(host)
     return _merge(found, values_by_host)
 
 

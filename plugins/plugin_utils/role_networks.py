@@ -90,7 +90,7 @@ def port_problems(values_by_host, ray_defaults, single_defaults):
     for host, values in values_by_host.items():
         for text in ray_ports_problems(values.get('ray_cluster_ports'), ray_defaults):
             found.setdefault(text, set()).add(host)
-        for text in firewall_mismatches(values, ray_defaults, single_defaults):
+        for text in firewall_mismatches(values, single_defaults):
             found.setdefault(text, set()).add(host)
         ports, workers = node_ports(values, ray_defaults, single_defaults)
         by_port = {}
@@ -128,7 +128,7 @@ def rendezvous_port_problems(values_by_host, mp_master, single_defaults):
     return _merge(found, values_by_host)
 
 
-def firewall_mismatches(values, ray_defaults, single_defaults):
+def firewall_mismatches(values, single_defaults):
     """The firewall's own copies of the ports (they default to the serving roles') set apart from what is served."""
     problems = []
     served = _port(values.get('vllm_container_port', single_defaults.get('vllm_container_port')))
@@ -136,12 +136,6 @@ def firewall_mismatches(values, ray_defaults, single_defaults):
     if guarded is not None and _port(guarded) != served:
         problems.append('node_firewall_api_port is %s but vLLM listens on vllm_container_port %s: the firewall would guard '
                         'the wrong port; remove node_firewall_api_port (it follows vllm_container_port)' % (guarded, served))
-    ray = values.get('ray_cluster_ports', ray_defaults)
-    opened = values.get('node_firewall_ray_ports')
-    if isinstance(opened, dict) and isinstance(ray, dict) and \
-            dict((k, _port(v)) for k, v in opened.items()) != dict((k, _port(v)) for k, v in ray.items()):
-        problems.append('node_firewall_ray_ports differs from ray_cluster_ports: the firewall would open other ports than Ray '
-                        'uses; remove node_firewall_ray_ports (it follows ray_cluster_ports)')
     return problems
 
 

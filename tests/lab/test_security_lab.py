@@ -19,8 +19,10 @@ import concurrent.futures
 import json
 import os
 import re
+import shlex
 import socket
 import stat
+import time
 import urllib.error
 import urllib.request
 
@@ -138,6 +140,25 @@ def test_ray_ports_answer_from_a_peer_over_the_rail(lab, deployed):
     for port in sorted(listening_ports(head) - {SSH_PORT})[:12]:
         probe = peer.run("timeout 3 bash -c 'exec 3<>/dev/tcp/%s/%d'" % (rail_ip, port))
         assert probe.rc == 0, "port %d of the head does not answer over the rail: %s" % (port, probe.stderr)
+
+
+def test_a_port_opened_by_hand_on_a_worker_answers_over_the_rail_only(lab, deployed):
+    """Deny by default (issue 49): a listener the collection does not know is closed to the management network, with no
+    list of ports to keep complete. Under the old accept policy it answered."""
+    worker = lab.host("spark-gamma")
+    worker.check_output("systemd-run --unit=dgxspark-lab-by-hand /usr/bin/python3 -c %s" % shlex.quote(
+        "import socket,time;s=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1);"
+        "s.bind(('0.0.0.0',3000));s.listen(8);[s.accept()[0].close() for _ in iter(int,1)]"))
+    try:
+        for _ in range(50):
+            if 3000 in listening_ports(worker):
+                break
+            time.sleep(0.1)
+        rail_ip = worker.check_output("ip -4 -o addr show dev enp1s0f1np1").split()[3].split("/")[0]
+        assert lab.host(HEAD).run("timeout 3 bash -c 'exec 3<>/dev/tcp/%s/3000'" % rail_ip).rc == 0
+        assert not answers(lab.mgmt_ip["spark-gamma"], 3000)
+    finally:
+        worker.run("systemctl stop dgxspark-lab-by-hand")
 
 
 def test_api_answers_401_without_the_key_and_200_with_it(lab, secrets, deployed):

@@ -24,8 +24,7 @@ NAMES = ['dgxspark_rails', 'dgxspark_mtu', 'dgxspark_model', 'dgxspark_serving_i
 @pytest.mark.parametrize('phase, expected', [
     ('network', ['dgxspark_model', 'dgxspark_mtu', 'dgxspark_rails', 'dgxspark_serving_image']),
     ('os', ['dgxspark_model', 'dgxspark_mtu', 'dgxspark_rails', 'dgxspark_serving_image', 'os_hardening_swappiness']),
-    ('firewall', ['dgxspark_model', 'dgxspark_mtu', 'dgxspark_rails', 'dgxspark_serving_image', 'node_firewall_file',
-                  'ray_cluster_num_gpus', 'vllm_container_port']),
+    ('firewall', ['dgxspark_model', 'dgxspark_mtu', 'dgxspark_rails', 'dgxspark_serving_image', 'node_firewall_file']),
     ('ray', ['dgxspark_mtu', 'dgxspark_rails', 'dgxspark_serving_image', 'ray_cluster_num_gpus', 'serving_env_ucx_tls']),
     ('vllm', ['dgxspark_model', 'dgxspark_mtu', 'dgxspark_rails', 'dgxspark_serving_image', 'serving_env_ucx_tls',
               'vllm_container_port']),
@@ -68,7 +67,7 @@ def test_each_phase_s_digest_follows_its_own_inputs_only():
     changed = digests({'os_hardening_swappiness': 2})
     assert [p for p in base if base[p] != changed[p]] == ['os']
     changed = digests({'vllm_container_port': 8001})
-    assert [p for p in base if base[p] != changed[p]] == ['firewall', 'vllm']
+    assert [p for p in base if base[p] != changed[p]] == ['vllm']
     # the model is no input of the model-free phases, nor of those that leave it unread
     changed = digests({'dgxspark_model': 'other'})
     assert [p for p in base if base[p] != changed[p]] == ['vllm']

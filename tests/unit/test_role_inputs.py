@@ -166,7 +166,6 @@ def test_what_is_no_secret_passes(values):
                                                         'ray_cluster_ports.gcs']),
     ({'node_firewall_api_port': 8001}, ['node_firewall_api_port is 8001 but vLLM listens on vllm_container_port 8000']),
     ({'node_firewall_api_port': 8001, 'vllm_container_port': 8001}, []),
-    ({'node_firewall_ray_ports': dict(RAY, gcs=6390)}, ['node_firewall_ray_ports differs from ray_cluster_ports']),
 ])
 def test_ports_of_a_node(values, expected):
     problems = rn.port_problems(everywhere(**values), RAY, SINGLE)
@@ -295,7 +294,7 @@ def test_every_variable_the_checks_name_is_a_role_s_or_the_collection_s():
     """The cross-checks name variables; a renamed role variable must not leave a check reading nothing."""
     options = set(name for role in SPECS.values() for name in role)
     named = [name for name, _what in rn.SINGLE_PORTS] + list(ri.OPTION_MAPS) + list(ri.ENVIRONMENT_MAPS) + \
-        ['ray_cluster_ports', 'node_firewall_api_port', 'node_firewall_ray_ports', 'node_firewall_api_allowed_cidrs',
+        ['ray_cluster_ports', 'node_firewall_api_port', 'node_firewall_api_allowed_cidrs',
          'vllm_container_api_key', 'vllm_container_hf_token', 'ray_cluster_auth_token']
     assert [name for name in named if not name.startswith('dgxspark_') and name not in options] == []
     from ansible_collections.dgxspark.cluster.plugins.plugin_utils import inventory_names  # pylint: disable=C0415
@@ -304,8 +303,7 @@ def test_every_variable_the_checks_name_is_a_role_s_or_the_collection_s():
 
 
 @pytest.mark.parametrize('values, expected', [
-    ({'os_hardening_swappiness': 1, 'ray_cluster_object_store_memory': 100000000, 'node_firewall_ephemeral_ports': '32768-60999'},
-     []),
+    ({'os_hardening_swappiness': 1, 'ray_cluster_object_store_memory': 100000000}, []),
     ({'ray_cluster_object_store_memory': None}, []),  # Ray's own default
     ({'os_hardening_swappiness': 250}, ['os_hardening_swappiness is 250: use 0 to 200 (vm.swappiness takes 0 to 200;']),
     ({'vllm_container_stall_timeout': 0}, ['vllm_container_stall_timeout is 0: use at least 1 (seconds)']),
@@ -313,8 +311,6 @@ def test_every_variable_the_checks_name_is_a_role_s_or_the_collection_s():
     ({'ray_cluster_object_store_memory': 1000000}, ["ray_cluster_object_store_memory is 1000000: use at least 78643200 (Ray's"]),
     ({'fabric_check_nccl_memory_fraction': 0.95}, ['fabric_check_nccl_memory_fraction is 0.95: use 0.01 to 0.9']),
     ({'vllm_container_ready_timeout': 'soon'}, []),  # a wrong type is the spec check's
-    ({'node_firewall_ephemeral_ports': '60999-32768'}, ["node_firewall_ephemeral_ports is '60999-32768': give the kernel's"]),
-    ({'node_firewall_ephemeral_ports': '32768:60999'}, ["node_firewall_ephemeral_ports is '32768:60999'"]),
     ({'vllm_container_name': 'vllm-0.33', 'node_firewall_service': 'dgxspark-fw'}, []),
     ({'vllm_container_name': 'vllm; rm -rf /'}, ["vllm_container_name is 'vllm; rm -rf /', not a Docker container name"]),
     ({'node_firewall_service': 'fw unit'}, ["node_firewall_service is 'fw unit', not a systemd unit name"]),
@@ -438,7 +434,6 @@ def test_every_format_rule_names_a_variable_of_its_role_and_passes_its_default()
 def test_every_bounded_variable_is_a_number_of_its_role():
     options = dict((name, spec) for role in SPECS.values() for name, spec in role.items())
     assert dict((name, options[name]['type']) for name in ri.BOUNDS if options[name]['type'] not in ('int', 'float')) == {}
-    assert options[ri.EPHEMERAL_PORTS]['type'] == 'str'
     assert dict((name, options[name]['type']) for name in ri.NAMES) == dict((name, 'str') for name in ri.NAMES)
     assert (options['ray_cluster_container_name']['default'], options['vllm_container_name']['default']) == \
         ('dgxspark-ray', 'dgxspark-vllm')

@@ -1,22 +1,20 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Testinfra checks of the node_firewall scenario: the table inet dgxspark is loaded with the plan's rail subnets and
-dgxspark_api_allowed_cidrs, the boot unit is enabled and active, the file is 0600 root, and traffic behaves: a Ray
-port (a stand-in listener on 6379) answers over loopback and the rail but not from the controller on the management
-network, SSH does, and --check --diff on the converged node changes nothing. Fails closed and watched: rail traffic
+dgxspark_api_allowed_cidrs, the boot unit is enabled and active, the file is 0600 root, and traffic behaves (deny by
+default): a Ray port (a stand-in listener on 6379) and a port opened by hand (3000) answer over loopback (and the rail)
+but not from the controller on the management network, SSH does, and --check --diff on the converged node changes nothing. Fails closed and watched: rail traffic
 only on the rail interfaces, the loaded table recorded (a rule added by hand is reported), Docker requires the unit
 (stopping it stops Docker; starting Docker loads the table first; a ruleset that cannot be loaded keeps Docker down)."""
 
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import socket
 import time
 
 import pytest
-import yaml
 
 from conftest import recap_line
 
@@ -24,7 +22,6 @@ testinfra_hosts = ["ansible://all"]
 RULESET_FILE = "/etc/dgxspark/nftables-dgxspark.nft"
 UNIT = "dgxspark-firewall"
 PROBE_PORT = 6379  # Ray's GCS (ray_cluster_ports.gcs)
-PROJECT = os.environ.get("MOLECULE_PROJECT_DIRECTORY", ".")
 
 
 @pytest.fixture(name="plan", scope="module")
@@ -55,11 +52,14 @@ def test_the_table_holds_the_rail_subnets_and_the_api_networks(host, plan, table
     assert set_elements(table, "api_nets") == sorted(wanted)
 
 
-def test_ssh_is_accepted_before_any_drop(host):
+def test_the_input_chain_denies_by_default_and_accepts_ssh(host):
     rules = host.check_output("nft list chain inet dgxspark input").splitlines()
-    ssh = [i for i, line in enumerate(rules) if "tcp dport 22 accept" in line]
-    drops = [i for i, line in enumerate(rules) if "drop" in line]
-    assert ssh and drops and ssh[0] < min(drops), rules
+    assert [line.strip() for line in rules if "policy" in line] == [
+        "type filter hook input priority filter - 10; policy drop;"], rules
+    # Only invalid packets are dropped before SSH is accepted (no port or address rule can lock the controller out).
+    assert [line.strip() for line in rules if "tcp dport 22 accept" in line] == ["tcp dport 22 accept"], rules
+    ssh = [i for i, line in enumerate(rules) if "tcp dport 22 accept" in line][0]
+    assert [line.strip() for line in rules[:ssh] if "drop" in line and "policy" not in line] == ["ct state invalid drop"]
 
 
 def test_the_file_is_root_0600_and_the_unit_loads_it_at_boot(host):
@@ -118,21 +118,27 @@ def test_check_diff_changes_nothing(host, check_diff_run):
     assert "changed=0" in line and "failed=0" in line, line
 
 
-def test_every_fixed_ray_port_is_closed_outside_the_rails(host):
-    """Each port ray_cluster fixes (worker range included) is in the drop rule, whether or not Ray listens on it now."""
-    ports = host.ansible("ansible.builtin.debug", "var=node_firewall_ray_ports", check=False).get("node_firewall_ray_ports")
-    if not isinstance(ports, dict):  # not set in the inventory: the role's default, ray_cluster's ports
-        with open(os.path.join(PROJECT, "roles", "ray_cluster", "defaults", "main.yml")) as handle:
-            ports = yaml.safe_load(handle)["ray_cluster_ports"]
-    rule = [line for line in host.check_output("nft list chain inet dgxspark input").splitlines() if "Ray outside the rails" in line]
-    assert len(rule) == 1, rule
-    closed = set()
-    for item in rule[0].split("{", 1)[1].split("}", 1)[0].split(","):
-        low, _, high = item.strip().partition("-")
-        closed.update(range(int(low), int(high or low) + 1))
-    wanted = {value for key, value in ports.items() if key not in ("min_worker", "max_worker")}
-    wanted.update(range(int(ports["min_worker"]), int(ports["max_worker"]) + 1))
-    assert wanted <= closed, sorted(wanted - closed)
+@pytest.fixture(name="unknown_listener")
+def fixture_unknown_listener(host):
+    """A listener the collection does not know (a Grafana a user starts by hand on 3000), in a transient unit."""
+    host.run("systemctl stop dgxspark-fw-other 2>/dev/null; systemctl reset-failed dgxspark-fw-other 2>/dev/null")
+    code = ("import socket;s=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1);"
+            "s.bind(('0.0.0.0',3000));s.listen(16);[s.accept()[0].close() for _ in iter(int,1)]")
+    host.check_output("systemd-run --unit=dgxspark-fw-other /usr/bin/python3 -c %s" % shlex.quote(code))
+    for _ in range(50):
+        if host.run("ss -Htln 'sport = :3000'").stdout.strip():
+            break
+        time.sleep(0.1)
+    yield 3000
+    host.run("systemctl stop dgxspark-fw-other")
+
+
+def test_a_port_opened_by_hand_answers_on_loopback_but_not_from_the_management_network(host, unknown_listener):
+    """Deny by default: no list of ports has to be complete (a policy accept let this one through)."""
+    mgmt = host.ansible("ansible.builtin.debug", "var=ansible_host", check=False)["ansible_host"]
+    assert host.run("timeout 3 bash -c 'exec 3<>/dev/tcp/127.0.0.1/%d'" % unknown_listener).rc == 0
+    assert not reachable(mgmt, unknown_listener), "a port opened by hand answers from the management network"
+    assert reachable(mgmt, 22)
 
 
 def test_rail_traffic_is_accepted_only_on_the_rail_interfaces(host, plan):
@@ -195,14 +201,11 @@ def test_docker_does_not_start_when_the_ruleset_cannot_be_loaded(host):
 
 def test_prometheus_is_open_to_its_networks_only_and_the_node_exporter_to_the_rails_only(host, table):
     """monitoring's ports: Prometheus (9090) accepted from monitoring_nets (dgxspark_monitoring_allowed_cidrs: the lab
-    names its management network; none by default), then dropped; the node exporter (9100) dropped outside the rails
-    (the rails are accepted whole before these rules)."""
+    names its management network; none by default); the node exporter (9100) named by no rule: the rails are accepted
+    whole, and the policy drops it elsewhere."""
     wanted = host.ansible("ansible.builtin.debug", "var=dgxspark_monitoring_allowed_cidrs",
                           check=False)["dgxspark_monitoring_allowed_cidrs"]
     assert set_elements(table, "monitoring_nets") == sorted(wanted)
     rules = host.check_output("nft list chain inet dgxspark input").splitlines()
-    accept = [i for i, line in enumerate(rules) if "tcp dport 9090 ip saddr @monitoring_nets accept" in line]
-    drop = [i for i, line in enumerate(rules) if "tcp dport 9090" in line and "drop" in line
-            and "Prometheus outside dgxspark_monitoring_allowed_cidrs" in line]
-    exporter = [line for line in rules if "tcp dport 9100" in line and "drop" in line and "node exporter outside the rails" in line]
-    assert len(accept) == 1 and len(drop) == 1 and accept[0] < drop[0] and len(exporter) == 1, rules
+    assert [line.strip() for line in rules if "9090" in line] == ["tcp dport 9090 ip saddr @monitoring_nets accept"], rules
+    assert [line for line in rules if "9100" in line] == [], rules
