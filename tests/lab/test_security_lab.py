@@ -198,6 +198,10 @@ def test_a_deleted_table_fails_status_and_a_deploy_loads_it_again_without_restar
     rc, out = run_playbook(lab, "status.yml", timeout=300)
     assert rc != 0 and not says_healthy(out)
     assert "The firewall of spark-gamma: the nftables table inet dgxspark is not loaded" in out, out[-4000:]
+    # A play that starts a listener refuses, on every node, before starting anything (the firewall phase is not in it).
+    rc, out = run_playbook(lab, "monitoring.yml", timeout=300)
+    assert rc != 0 and "The firewall table inet dgxspark is not loaded on spark-gamma" in out, out[-4000:]
+    assert not [host for host, counts in recap(out).items() if counts["changed"]], out[-4000:]
     rc, out = run_playbook(lab, "deploy-397b.yml", *deployed["extra"])
     assert rc == 0 and says_healthy(out), out[-6000:]
     assert "Phase firewall skipped" not in out  # the phase saw its table gone
