@@ -98,6 +98,7 @@ BOUNDS = {
     'os_hardening_earlyoom_mem_percent': (1, 50, 'the percentage of memory available at which earlyoom acts; 4, the default, '
                                           'is about 4.9 GiB of a Spark'),
     'ray_cluster_num_gpus': (1, None, 'a DGX Spark has one GPU'),
+    'node_firewall_watch_interval_s': (5, 50, 'seconds; a table gone is back, or the node stops serving, within 60 s'),
     'ray_cluster_object_store_memory': (78643200, None, "Ray's smallest object store is 75 MiB"),
     'ray_cluster_ready_timeout': (1, None, 'seconds'),
     'vllm_container_ready_timeout': (1, None, 'seconds'),

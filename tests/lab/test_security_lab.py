@@ -194,6 +194,8 @@ def test_a_deleted_table_fails_status_and_a_deploy_loads_it_again_without_restar
     gamma = lab.host("spark-gamma")
     names = " ".join(sorted({node_container(), VLLM}))
     containers = lab.host(HEAD).check_output("docker inspect -f '{{.Id}} {{.State.StartedAt}}' %s" % names)
+    # The watch would put the table back within seconds: stopped here, so that what Ansible sees is deterministic.
+    gamma.check_output("systemctl stop dgxspark-firewall-watch.timer")
     gamma.check_output("nft delete table inet dgxspark")  # as a `flush ruleset` of another tool would
     rc, out = run_playbook(lab, "status.yml", timeout=300)
     assert rc != 0 and not says_healthy(out)
@@ -204,11 +206,26 @@ def test_a_deleted_table_fails_status_and_a_deploy_loads_it_again_without_restar
     assert not [host for host, counts in recap(out).items() if counts["changed"]], out[-4000:]
     rc, out = run_playbook(lab, "deploy-397b.yml", *deployed["extra"])
     assert rc == 0 and says_healthy(out), out[-6000:]
-    assert "Phase firewall skipped" not in out  # the phase saw its table gone
+    assert "Phase firewall skipped" not in out  # the phase saw its table gone (and its watch stopped)
     assert gamma.run("nft list table inet dgxspark").rc == 0
+    assert gamma.check_output("systemctl is-active dgxspark-firewall-watch.timer") == "active"
     changed = {host: counts["changed"] for host, counts in recap(out).items() if counts["changed"]}
-    assert set(changed) <= {"spark-gamma"}, changed  # the reload and the stamps, on that node only
+    assert set(changed) <= {"spark-gamma"}, changed  # the reload, the watch and the stamps, on that node only
     assert lab.host(HEAD).check_output("docker inspect -f '{{.Id}} {{.State.StartedAt}}' %s" % names) == containers
+
+
+def test_the_watch_puts_a_deleted_table_back_within_60_s_without_ansible(lab, deployed):
+    """Fail closed without Ansible (issue 49): the table gone while the node serves is back within the watch's interval
+    (15 s; at most 60 s), loaded from its file, and the node's containers keep running."""
+    gamma = lab.host("spark-gamma")
+    gamma.check_output("nft delete table inet dgxspark")
+    deadline = time.monotonic() + 60
+    while gamma.run("nft list table inet dgxspark").rc != 0:
+        assert time.monotonic() < deadline, "the table is not back within 60 s"
+        time.sleep(1)
+    journal = gamma.check_output("journalctl -u dgxspark-firewall-watch.service --no-pager -n 20")
+    assert "the table inet dgxspark is gone; loading /etc/dgxspark/nftables-dgxspark.nft again" in journal
+    assert gamma.check_output("systemctl is-active docker.service") == "active"
 
 
 def test_check_diff_shows_the_ruleset_change_and_changes_nothing(lab, deployed):

@@ -308,6 +308,7 @@ def test_every_variable_the_checks_name_is_a_role_s_or_the_collection_s():
     ({'os_hardening_swappiness': 250}, ['os_hardening_swappiness is 250: use 0 to 200 (vm.swappiness takes 0 to 200;']),
     ({'vllm_container_stall_timeout': 0}, ['vllm_container_stall_timeout is 0: use at least 1 (seconds)']),
     ({'ray_cluster_num_gpus': 0}, ['ray_cluster_num_gpus is 0: use at least 1 (a DGX Spark has one GPU)']),
+    ({'node_firewall_watch_interval_s': 90}, ['node_firewall_watch_interval_s is 90: use 5 to 50 (seconds; a table gone is']),
     ({'ray_cluster_object_store_memory': 1000000}, ["ray_cluster_object_store_memory is 1000000: use at least 78643200 (Ray's"]),
     ({'fabric_check_nccl_memory_fraction': 0.95}, ['fabric_check_nccl_memory_fraction is 0.95: use 0.01 to 0.9']),
     ({'vllm_container_ready_timeout': 'soon'}, []),  # a wrong type is the spec check's
