@@ -1,14 +1,13 @@
 # -*- coding: utf-8 -*-
 # Copyright: dgxspark.cluster contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Filters of the cx7_netplan role (each documented in its sidecar .yml): one node's rail configuration and its drift
-(cx7_netplan_config, also the condition that waits for the rails after a change), and what writing one of the role's
-files would do (cx7_netplan_file_state, the condition of the reads that back a file up). The checks across nodes are the
-role's action cx7_netplan_verdict."""
+"""The filter of the cx7_netplan role (documented in its sidecar .yml): one node's rail configuration and its drift
+(cx7_netplan_config, also the condition that waits for the rails after a change). The checks across nodes are the
+role's action cx7_netplan_verdict; its files on the node are the module cx7_netplan_files."""
 
 from __future__ import annotations
 
-from ansible_collections.dgxspark.cluster.plugins.plugin_utils.netplan import drift, file_state, node_config
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.netplan import drift, node_config
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils.wrapper_errors import filter_call
 
 
@@ -24,16 +23,10 @@ def cx7_netplan_config(plan, host, mtu=None, renderer=None, routes=None, optiona
     return filter_call('cx7_netplan_config', _config, plan, host, mtu, renderer, routes, optional, facts, probe)
 
 
-def cx7_netplan_file_state(stat_result, content, mode, owner='root', group='root', current=None):
-    """Whether a file the role owns must be written and read, and its previous content."""
-    return filter_call('cx7_netplan_file_state', file_state, stat_result, content, mode, owner=owner, group=group, current=current)
-
-
 class FilterModule:
     """Filters for the CX-7 rail netplan configuration."""
 
     def filters(self):
         return {
             'cx7_netplan_config': cx7_netplan_config,
-            'cx7_netplan_file_state': cx7_netplan_file_state,
         }

@@ -17,8 +17,6 @@ other netplan file, management interface included).
 from __future__ import annotations
 
 import base64
-import binascii
-import hashlib
 import ipaddress
 import json
 import re
@@ -570,38 +568,6 @@ def generate_rejections(results_by_host):
             continue
         lines.append('%s: %s' % (host, str(result.get('stderr', '')).strip() or result.get('msg', '')))
     return lines
-
-
-def file_state(stat_result, content, mode, owner='root', group='root', current=None):
-    """What writing ``content`` (owner, group, ``mode``) would do to a file, from its ansible.builtin.stat result.
-
-    Returns ``exists``; ``differs`` (the content differs, or there is no file); ``write`` (content, owner, group or mode differ:
-    copying would report a change); ``read`` (the file exists and its content differs: read it to back it up and to roll back to
-    it). With ``current`` (the ansible.builtin.slurp result of the file, read when ``read``) also ``previous``: the current
-    content, None when there is no file (for an unchanged content, the content itself).
-    """
-    stat = (stat_result or {}).get('stat') or {}
-    exists = bool(stat.get('exists'))
-    wanted = hashlib.sha1(str(content).encode('utf-8')).hexdigest()
-    differs = not exists or stat.get('checksum') != wanted
-    state = {
-        'exists': exists,
-        'differs': differs,
-        'write': differs or stat.get('pw_name') != owner or stat.get('gr_name') != group or stat.get('mode') != mode,
-        'read': exists and differs,
-    }
-    if current is not None:
-        if not exists:
-            state['previous'] = None
-        elif not differs:
-            state['previous'] = str(content)
-        else:
-            try:
-                state['previous'] = base64.b64decode((current or {})['content']).decode('utf-8')
-            except (KeyError, TypeError, binascii.Error, ValueError) as exc:
-                raise NetplanConfigError(['%s changed while it was read, or could not be read: run the play again.' % (
-                    stat.get('path') or 'the current file')]) from exc
-    return state
 
 
 def parse_netplan_files(files):

@@ -169,8 +169,8 @@ def fabric_problems(results, plan):
 # What the cx7_netplan role's tasks register on every node, which its action cx7_netplan_verdict reads.
 CONFIG_VAR = '_cx7_netplan_config'
 OBSERVED_VAR = '_cx7_netplan_observed'
-NETPLAN_FILES_VAR = '_cx7_netplan_others'
-GENERATE_VAR = '_cx7_netplan_generate'
+# The node's read (dgxspark.cluster.cx7_netplan_files, state=read): its other netplan files and its netplan generate.
+CURRENT_VAR = '_cx7_netplan_current'
 RESULT_VAR = '_cx7_netplan_result'
 VERDICTS = ('preflight', 'generate', 'fabric')
 
@@ -179,21 +179,23 @@ def verdict(check, hostvars, play_hosts, plan):
     """Every problem one of the role's checks found on any node of the play, and the message that stops every node.
 
     ``preflight``: each node's configuration (``_cx7_netplan_config``) against what every node reports
-    (``_cx7_netplan_observed``) and its other netplan files (``_cx7_netplan_others``, a slurp loop), the nodes of the plan
-    missing from the play first; ``generate``: every node whose ``netplan generate`` rejected its candidate
-    (``_cx7_netplan_generate``); ``fabric``: the post-change check of every node (``_cx7_netplan_result``).
+    (``_cx7_netplan_observed``) and its other netplan files (``others`` of ``_cx7_netplan_current``, what the module
+    cx7_netplan_files read), the nodes of the plan missing from the play first; ``generate``: every node whose
+    ``netplan generate`` rejected its candidate (``generate`` of ``_cx7_netplan_current``); ``fabric``: the post-change
+    check of every node (``_cx7_netplan_result``).
     Returns ``problems`` and ``msg`` (None when there is none).
     """
+    current = by_host(hostvars, play_hosts, CURRENT_VAR)
     if check == 'preflight':
         observed = by_host(hostvars, play_hosts, OBSERVED_VAR)
         problems_by_host = {}
         for host, config in by_host(hostvars, play_hosts, CONFIG_VAR).items():
-            files = (by_host(hostvars, [host], NETPLAN_FILES_VAR).get(host) or {}).get('results')
+            files = (current.get(host) or {}).get('others')
             problems_by_host[host] = preflight_problems(config, observed, parse_netplan_files(files))
         problems = preflight_summary(problems_by_host, plan)
         header = 'The CX-7 rails were not configured: %d problem(s) found; nothing was changed on any node.' % len(problems)
     elif check == 'generate':
-        problems = generate_rejections(by_host(hostvars, play_hosts, GENERATE_VAR))
+        problems = generate_rejections(dict((host, (read or {}).get('generate')) for host, read in current.items()))
         header = 'netplan generate rejected the candidate rail configuration; nothing was changed on any node.'
     elif check == 'fabric':
         problems = fabric_problems(by_host(hostvars, play_hosts, RESULT_VAR), plan)

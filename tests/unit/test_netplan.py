@@ -1,13 +1,12 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Tests for the CX-7 rail netplan configuration: rendering, input validation, preflight, drift, fabric summary, the filters and
-the action that checks every node at once (cx7_netplan_verdict)."""
+the action that checks every node at once (cx7_netplan_verdict). The role's files on a node (cx7_netplan_files) are
+tests/unit/test_cx7_netplan_files.py."""
 
 from __future__ import annotations
 
-import base64
 import copy
-import hashlib
 import os
 
 from unittest import mock
@@ -25,7 +24,6 @@ from ansible_collections.dgxspark.cluster.plugins.plugin_utils.netplan import (
     by_host,
     connection_addresses,
     drift,
-    file_state,
     generate_rejections,
     netplan_file_problems,
     node_config,
@@ -605,17 +603,16 @@ def apply_check_condition():
     return task['when'][1], task['vars']['_cx7_netplan_nodes']
 
 
-@pytest.mark.parametrize('written, sysctl, checks', [
-    ({'spark-beta': {'changed': True}}, {}, True),
-    ({}, {'spark-gamma': {'changed': True}}, True),
-    ({'spark-alpha': {'changed': False}, 'spark-gamma': {'changed': False, 'skipped': True}}, {'spark-beta': {'changed': False}}, False),
-    ({}, {}, False),                                                          # no node wrote (e.g. every one failed earlier)
+@pytest.mark.parametrize('written, checks', [
+    ({'spark-beta': {'changed': True, 'netplan': {'changed': True}}}, True),
+    ({'spark-gamma': {'changed': True, 'sysctl': {'changed': True}}}, True),
+    ({'spark-alpha': {'changed': False}, 'spark-gamma': {'changed': False, 'skipped': True}}, False),
+    ({}, False),                                                              # no node wrote (e.g. every one failed earlier)
 ])
-def test_the_check_after_a_change_runs_where_any_node_changed_a_file(written, sysctl, checks):
+def test_the_check_after_a_change_runs_where_any_node_changed_a_file(written, checks):
     condition, nodes = apply_check_condition()
     assert nodes == "{{ ansible_play_hosts | map('extract', hostvars) | list }}"
-    variables = dict((h, dict([('_cx7_netplan_written', written[h])] if h in written else [],
-                              **({'_cx7_netplan_sysctl_written': sysctl[h]} if h in sysctl else {}))) for h in HOSTS)
+    variables = dict((h, dict([('_cx7_netplan_written', written[h])] if h in written else [])) for h in HOSTS)
     environment = jinja2.Environment()
     environment.tests['changed'] = changed_test
     assert environment.compile_expression(condition)(_cx7_netplan_nodes=[variables[h] for h in HOSTS]) is checks
@@ -649,57 +646,10 @@ def test_generate_rejections(results, expected):
     assert generate_rejections(results) == expected
 
 
-CONTENT = 'network:\n  version: 2\n'
-SHA1 = hashlib.sha1(CONTENT.encode('utf-8')).hexdigest()
-
-
-def stat(exists=True, checksum=SHA1, mode='0600', owner='root', group='root'):
-    if not exists:
-        return {'changed': False, 'stat': {'exists': False}}
-    return {'changed': False, 'stat': {'exists': True, 'isreg': True, 'path': '/etc/netplan/40-cx7.yaml', 'checksum': checksum,
-                                       'mode': mode, 'pw_name': owner, 'gr_name': group}}
-
-
-def slurp(text):
-    return {'changed': False, 'content': base64.b64encode(text.encode('utf-8')).decode(), 'encoding': 'base64'}
-
-
-SKIPPED = {'changed': False, 'skipped': True, 'skip_reason': 'Conditional result was False'}
-
-
-@pytest.mark.parametrize('stat_result, current, expected', [
-    # converged: nothing to read or write
-    (stat(), SKIPPED, {'exists': True, 'differs': False, 'write': False, 'read': False, 'previous': CONTENT}),
-    # no file yet
-    (stat(exists=False), SKIPPED, {'exists': False, 'differs': True, 'write': True, 'read': False, 'previous': None}),
-    # other content: read it for the backup and the rollback
-    (stat(checksum='0' * 40), slurp('old\n'), {'exists': True, 'differs': True, 'write': True, 'read': True, 'previous': 'old\n'}),
-    # same content, wrong mode / owner / group: copy fixes them (and the check runs), no backup
-    (stat(mode='0644'), SKIPPED, {'exists': True, 'differs': False, 'write': True, 'read': False, 'previous': CONTENT}),
-    (stat(owner='ubuntu'), SKIPPED, {'exists': True, 'differs': False, 'write': True, 'read': False, 'previous': CONTENT}),
-    (stat(group='adm'), SKIPPED, {'exists': True, 'differs': False, 'write': True, 'read': False, 'previous': CONTENT}),
-    # not a regular file (no checksum): rewritten
-    ({'stat': {'exists': True, 'isreg': False, 'mode': '0777', 'pw_name': 'root', 'gr_name': 'root'}}, slurp('x'),
-     {'exists': True, 'differs': True, 'write': True, 'read': True, 'previous': 'x'}),
-])
-def test_file_state(stat_result, current, expected):
-    assert file_state(stat_result, CONTENT, '0600', current=current) == expected
-    without = dict(expected)
-    del without['previous']
-    assert file_state(stat_result, CONTENT, '0600') == without
-
-
-def test_file_state_unread_file_that_differs():
-    with pytest.raises(NetplanConfigError, match='could not be read'):
-        file_state(stat(checksum='0' * 40), CONTENT, '0600', current=SKIPPED)
-
-
 # ----------------------------------------------------------------------------------------------- the filter
 
 def test_the_other_netplan_files_are_parsed():
-    files = [{'source': '/etc/netplan/50-other.yaml', 'encoding': 'base64',
-              'content': base64.b64encode(b'network:\n  ethernets:\n    enp1s0f1np1:\n      dhcp4: true\n').decode()},
-             {'item': '/etc/netplan/x.yaml', 'skipped': True},
+    files = [{'path': '/etc/netplan/50-other.yaml', 'content': 'network:\n  ethernets:\n    enp1s0f1np1:\n      dhcp4: true\n'},
              {'path': '/etc/netplan/bad.yaml', 'content': 'network: [\n'}]
     parsed = parse_netplan_files(files)
     assert parsed[0] == {'path': '/etc/netplan/50-other.yaml', 'document': {'network': {'ethernets': {'enp1s0f1np1': {'dhcp4': True}}}}}
@@ -726,42 +676,38 @@ def test_filter_drift():
     assert result['drift'] == ['spark-beta rail rail2 (enP2p1s0f1np1): MTU is 1500, expected 9000.']
     assert cx7_netplan_config(plan, 'spark-beta', probe=probe)['drift'] == result['drift']
     assert 'drift' not in cx7_netplan_config(plan, 'spark-beta')
-    assert list(FILTERS) == ['cx7_netplan_config', 'cx7_netplan_file_state']   # the checks across nodes are an action (issue 47)
-
-
-def test_the_file_state_filter():
-    assert FILTERS['cx7_netplan_file_state'](stat(), CONTENT, '0600')['write'] is False
-    with pytest.raises(AnsibleFilterError, match='^cx7_netplan_file_state: .*could not be read'):
-        FILTERS['cx7_netplan_file_state'](stat(checksum='0' * 40), CONTENT, '0600', 'root', 'root', SKIPPED)
+    # the checks across nodes are an action, the role's files on a node a module (issue 47)
+    assert list(FILTERS) == ['cx7_netplan_config']
 
 
 # ------------------------------------------------------------------------------- the checks across nodes (the action)
 
-OTHER_FILE = {'source': '/etc/netplan/50-other.yaml', 'encoding': 'base64',
-              'content': base64.b64encode(b'network:\n  ethernets:\n    enp1s0f1np1:\n      dhcp4: true\n').decode()}
+OTHER_FILE = {'path': '/etc/netplan/50-other.yaml', 'content': 'network:\n  ethernets:\n    enp1s0f1np1:\n      dhcp4: true\n'}
 OTHER_FILE_PROBLEM = ('spark-alpha: netplan file /etc/netplan/50-other.yaml also configures rail interface enp1s0f1np1 '
                       '(ethernets.enp1s0f1np1): this role owns the rails and never edits files it does not own; remove enp1s0f1np1 '
                       'from /etc/netplan/50-other.yaml.')
 
 
 def preflight_hostvars(plan, hosts=None, files=None):
-    """Every node's variables at the preflight verdict: its configuration, what it reports, its other netplan files."""
+    """Every node's variables at the preflight verdict: its configuration, what it reports, its other netplan files (as
+    cx7_netplan_files read them)."""
     hosts = hosts or HOSTS
     observed = observed_all()
     return dict((h, {'_cx7_netplan_config': node_config(plan, h), '_cx7_netplan_observed': observed[h],
-                     '_cx7_netplan_others': {'results': (files or {}).get(h, [])}}) for h in hosts)
+                     '_cx7_netplan_current': {'others': (files or {}).get(h, []), 'generate': None}}) for h in hosts)
 
 
 @pytest.mark.parametrize('check, hostvars, play_hosts, problems, header', [
     ('preflight', preflight_hostvars(make_plan()), HOSTS, [], None),
-    ('preflight', preflight_hostvars(make_plan(), files={'spark-alpha': [OTHER_FILE, SKIPPED]}), HOSTS, [OTHER_FILE_PROBLEM],
+    ('preflight', preflight_hostvars(make_plan(), files={'spark-alpha': [OTHER_FILE]}), HOSTS, [OTHER_FILE_PROBLEM],
      'The CX-7 rails were not configured: 1 problem(s) found; nothing was changed on any node.'),
     # a node of the plan missing from the play comes first
     ('preflight', preflight_hostvars(make_plan(), files={'spark-alpha': [OTHER_FILE]}), HOSTS[:3],
      ['spark-delta' + MISSING + ', so that addresses can be checked across nodes and peers pinged.', OTHER_FILE_PROBLEM],
      'The CX-7 rails were not configured: 2 problem(s) found; nothing was changed on any node.'),
-    ('generate', {'spark-alpha': {'_cx7_netplan_generate': {'rc': 0, 'stderr': ''}}, 'spark-beta': {}}, HOSTS, [], None),
-    ('generate', {'spark-beta': {'_cx7_netplan_generate': {'rc': 1, 'stderr': 'Error in network definition\n'}}}, HOSTS,
+    ('generate', {'spark-alpha': {'_cx7_netplan_current': {'generate': {'rc': 0, 'stderr': ''}}}, 'spark-beta': {}}, HOSTS, [], None),
+    ('generate', {'spark-alpha': {'_cx7_netplan_current': {'generate': None}},     # the candidate was the file: not run
+                  'spark-beta': {'_cx7_netplan_current': {'generate': {'rc': 1, 'stderr': 'Error in network definition\n'}}}}, HOSTS,
      ['spark-beta: Error in network definition'],
      'netplan generate rejected the candidate rail configuration; nothing was changed on any node.'),
     ('fabric', dict((h, {'_cx7_netplan_result': {'drift': [], 'probe': probe_of(make_plan(), h)}}) for h in HOSTS), HOSTS, [], None),
