@@ -17,10 +17,11 @@ description:
   - "O(check=preflight), before any change: each node's rail configuration (C(_cx7_netplan_config)) against what every node
     reports (C(_cx7_netplan_observed)) - a missing or Down rail interface, an interface that carries the connection or the
     default route, a planned address already used on another interface or node - and against the node's other netplan files
-    (C(_cx7_netplan_others), a rail configured by a file this role does not own). The nodes of the plan missing from the play
-    come first: addresses can only be checked across every node."
-  - "O(check=generate): every node whose C(netplan generate) in a scratch root rejected the candidate (C(_cx7_netplan_generate)),
-    with what netplan said."
+    (C(others) of C(_cx7_netplan_current), what M(dgxspark.cluster.cx7_netplan_files) read: a rail configured by a file this
+    role does not own). The nodes of the plan missing from the play come first: addresses can only be checked across every
+    node."
+  - "O(check=generate): every node whose C(netplan generate) in a scratch root rejected the candidate (C(generate) of
+    C(_cx7_netplan_current)), with what netplan said."
   - "O(check=fabric), after a change: every node's post-change check (C(_cx7_netplan_result): its drift and its
     M(dgxspark.cluster.fabric_probe)) - first the node and rail that no peer could reach, then every drift, probe error and
     unreachable peer with the pings that failed and the likely cause."
