@@ -126,11 +126,21 @@ netplan:
   returned: state is read or present
   type: dict
   contains:
-    path: {description: Its path., type: str}
-    exists: {description: It exists., type: bool}
-    differs: {description: Its content differs (or there is no regular file)., type: bool}
-    write: {description: Content, owner, group or mode differ., type: bool}
-    changed: {description: With O(state=present), it was written (in check mode - it would be)., type: bool}
+    path:
+      description: Its path.
+      type: str
+    exists:
+      description: It exists.
+      type: bool
+    differs:
+      description: Its content differs (or there is no regular file).
+      type: bool
+    write:
+      description: Content, owner, group or mode differ.
+      type: bool
+    changed:
+      description: With O(state=present), it was written (in check mode - it would be).
+      type: bool
   sample: {path: /etc/netplan/40-cx7.yaml, exists: true, differs: false, write: false}
 sysctl:
   description: The sysctl drop-in against O(sysctl), as RV(netplan).
