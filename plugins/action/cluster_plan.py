@@ -308,6 +308,7 @@ class ActionModule(ActionBase):
         plan['serving']['paths'] = dict(serving_command.PATHS)
         # The image the head serves with, which the distribution spreads and preflight and diagnose read.
         plan['serving']['image'] = plan['containers'][head]['vllm']['image']
+        plan['node_os'] = role_inputs.node_os_settings(role_values.get(head, {}), specs)
         plan['api'] = role_networks.api_endpoint(head, role_values.get(head, {}), plan['hf_repo'],
                                                  port_defaults(specs)[1]['vllm_container_port'], self._key_dir(hostvars, head))
         plan['warnings'] = role_inputs.input_warnings(

@@ -4,21 +4,9 @@
 
 from __future__ import annotations
 
-import os
-
-import yaml
-
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils.preflight import evaluate, render
-
-COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def role_default(role, name):
-    """A role's literal default (ports, container names), so that preflight checks what the roles will use."""
-    with open(os.path.join(COLLECTION_ROOT, 'roles', role, 'defaults', 'main.yml'), encoding='utf-8') as handle:
-        return yaml.safe_load(handle)[name]
 
 
 def node_readings(host_vars, facts_var, image_var, cx7_var):
@@ -62,9 +50,8 @@ class ActionModule(ActionBase):
             'distribute_image': bool(head_vars.get('dgxspark_distribute_image', True)),
             'distribute_model': bool(head_vars.get('dgxspark_distribute_model', True)),
             'model_download': bool(head_vars.get('dgxspark_model_download', False)),
-            'gpu_clocks_mhz': list(head_vars.get('os_hardening_gpu_clocks_mhz') or []),
-            'logind_keep_ipc': bool(head_vars.get('os_hardening_logind_keep_ipc',
-                                                  role_default('os_hardening', 'os_hardening_logind_keep_ipc'))),
+            'gpu_clocks_mhz': plan['node_os']['gpu_clocks_mhz'],
+            'logind_keep_ipc': plan['node_os']['logind_keep_ipc'],
             'link_speed_mbps': int(head_vars.get('dgxspark_expected_link_speed_mbps') or 200000),
             # With mp no Ray runs; rank 0's rendezvous takes a port of its own.
             'ports': dict(([(int(plan['mp_master']['port']), 'vLLM mp rendezvous')] if plan.get('mp_master') else

@@ -503,3 +503,15 @@ def input_warnings(plan_variables, api_warnings):
         warnings.append('dgxspark_nccl_transport is socket: NCCL runs over TCP, a fraction of RoCE\'s bandwidth '
                         '(a fallback, not a setting to keep)')
     return warnings
+
+
+def node_os_settings(head_values, specs):
+    """What the os phase sets on every node that preflight checks before it ran (os_hardening's settings, as the inventory
+    (the head's values) or its argument spec sets them): logind keeping a user's IPC objects, the GPU clock lock."""
+    options = specs.get('os_hardening') or {}
+
+    def value(name):
+        return plain(head_values[name]) if name in head_values else (options.get(name) or {}).get('default')
+
+    return {'logind_keep_ipc': boolean(value('os_hardening_logind_keep_ipc'), strict=False),
+            'gpu_clocks_mhz': list(value('os_hardening_gpu_clocks_mhz') or [])}
