@@ -31,7 +31,7 @@ from ansible_collections.dgxspark.cluster.plugins.plugin_utils.inventory_names i
 
 # Variables the roles' checks read besides the roles' own (the roles default to them).
 ROLE_INPUT_EXTRAS = ('dgxspark_api_allowed_cidrs', 'dgxspark_monitoring_allowed_cidrs', 'dgxspark_vllm_site_args', 'ansible_port',
-                     'ansible_host')
+                     'ansible_host', 'dgxspark_model', 'dgxspark_model_download', 'dgxspark_distribute_model')
 
 # plugins/action/cluster_plan.py -> the collection root is two directories above plugins/action.
 COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -245,6 +245,7 @@ class ActionModule(ActionBase):
         problems.extend(role_inputs.value_problems(role_values))
         problems.extend(role_inputs.order_problems(role_values, role_inputs.spec_defaults(specs)))
         problems.extend(role_inputs.format_problems(role_values))
+        problems.extend(role_inputs.download_problems(role_values))
         problems.extend(role_inputs.secret_problems(role_values))
         problems.extend(role_inputs.planned_option_problems(role_values))
         problems.extend(role_inputs.planned_environment_problems(role_values))

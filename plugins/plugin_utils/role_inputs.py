@@ -164,6 +164,8 @@ FORMATS = {
                           'e.g. vllm/vllm-openai:v0.33.0'),
     'vllm_container_image': (re.compile(r'[^\s]+'), 'not an image reference (empty or with spaces): set '
                              'dgxspark_serving_image, e.g. vllm/vllm-openai:v0.33.0'),
+    'distribute_model_path': (re.compile(r'(/.*)?'), 'not an absolute path: give the model directory on the head (the same path '
+                              'on every node), or leave it empty for dgxspark_model'),
     'os_hardening_limits_file': (re.compile(r'/etc/security/limits\.d/[^/]+\.conf'),
                                  'not a .conf file directly under /etc/security/limits.d/ (pam_limits reads no other name '
                                  "there; /etc/security/limits.conf itself is never edited): use e.g. "
@@ -359,6 +361,25 @@ def format_problems(values_by_host):
             text = format_problem(name, values[name]) if in_use(name, values) else None
             if text:
                 found.setdefault(text, set()).add(host)
+    return _merge(found, values_by_host)
+
+
+def download_problems(values_by_host):
+    """A download (distribute_model_download, dgxspark_model_download) writes the Hugging Face cache layout: the model may
+    be neither a directory of its own (distribute_model_path) nor a path (dgxspark_model)."""
+    found = {}
+    for host, values in values_by_host.items():
+        def given(name, fallback, default):
+            return boolean(plain(values.get(name, values.get(fallback, default))), strict=False)
+        if not (given('distribute_model', 'dgxspark_distribute_model', True)
+                and given('distribute_model_download', 'dgxspark_model_download', False)):
+            continue
+        path, model = plain(values.get('distribute_model_path')) or '', str(plain(values.get('dgxspark_model')) or '')
+        if path or model.startswith('/'):
+            text = ('the model download needs the Hugging Face cache layout, but %s is %r: leave distribute_model_path empty '
+                    'and give dgxspark_model as a repository, or turn dgxspark_model_download off and put the model there'
+                    % (('distribute_model_path', path) if path else ('dgxspark_model', model)))
+            found.setdefault(text, set()).add(host)
     return _merge(found, values_by_host)
 
 

@@ -12,6 +12,7 @@ import os
 import pytest
 import yaml
 
+from ansible_collections.dgxspark.cluster.plugins.module_utils.model_download import download_argv
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils.fabric_role import nccl_argv
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -47,7 +48,7 @@ TASKS = starting_tasks()
 
 def test_the_scan_finds_every_kind_of_container_the_collection_starts():
     names = ' | '.join('%s: %s' % (path, name) for path, name, _args in TASKS)
-    for expected in ('ray_cluster/tasks/container.yml', 'vllm_container/tasks/container.yml', 'distribute/tasks/download.yml',
+    for expected in ('ray_cluster/tasks/container.yml', 'vllm_container/tasks/container.yml',
                      'playbooks/tasks/release_container.yml'):
         assert expected in names, names
 
@@ -57,6 +58,13 @@ def test_each_container_drops_every_default_capability_and_gains_no_privilege(pa
     assert args.get('cap_drop') in (['ALL'], '{{ _dgxspark_release_spec.cap_drop }}'), (path, name, args.get('cap_drop'))
     assert args.get('security_opts') in (['no-new-privileges'], '{{ _dgxspark_release_spec.security_opts }}'), (path, name)
     assert not args.get('privileged'), (path, name)
+
+
+def test_the_download_container_is_hardened_whatever_env_and_volumes_it_is_given():
+    argv = download_argv('docker', 'dgxspark-model-download', 'img', 'o/r', 'main', '/hub', '/token', {'A': 'b'}, ['/x:/x'])
+    image = argv.index('img')
+    assert argv[argv.index('--cap-drop') + 1] == 'ALL' and argv[argv.index('--security-opt') + 1] == 'no-new-privileges'
+    assert '--privileged' not in argv[:image] and '--cap-add' not in argv[:image]
 
 
 def test_the_nccl_test_container_is_hardened_whatever_docker_args_it_is_given():

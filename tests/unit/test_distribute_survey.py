@@ -112,7 +112,7 @@ def test_mismatch(found, expected):
     assert mismatch('spark-beta', 'x', found, NODE_BASE['id']) == expected
 
 
-# What ansible.posix.authorized_key writes for the role (ssh.yml): the forced command's options, the key, its comment.
+# What distribute_access authorizes for the role: the forced command's options, the key, its comment.
 AUTHORIZED = ('command="/usr/bin/python3 /usr/local/lib/dgxspark/distribute_relay.py --forced /etc/dgxspark/distribute_forced.json",'
               'from="192.168.100.0/24,192.168.101.0/24",restrict,expiry-time="202612061111Z" ssh-ed25519 '
               'AAAAC3NzaC1lZDI1NTE5AAAAIFq dgxspark-distribute\n')

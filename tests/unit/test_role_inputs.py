@@ -389,6 +389,10 @@ OS_FORMATS = [
     ('image-empty', {'ray_cluster_image': ''}, "ray_cluster_image is '': not an image reference (empty or with spaces): set "
      'dgxspark_serving_image', []),
     ('image-with-space', {'vllm_container_image': 'vllm openai'}, "vllm_container_image is 'vllm openai'", []),
+    ('model-path', {'distribute_model_path': '/data/models/qwen'}, None, []),
+    ('model-path-empty', {'distribute_model_path': ''}, None, []),
+    ('model-path-relative', {'distribute_model_path': 'models/qwen'}, "distribute_model_path is 'models/qwen': not an "
+     'absolute path', ['or leave it empty for dgxspark_model']),
 ]
 
 
@@ -628,3 +632,28 @@ def test_values_that_bound_each_other(values, expected):
 def test_prometheus_runs_on_a_node_of_the_cluster(chosen, expected):
     values = dict((host, {'monitoring_prometheus_host': chosen}) for host in TWO_NODES)
     assert rn.prometheus_host_problems(values, list(TWO_NODES)) == expected
+
+
+REPO = 'Qwen/Qwen3.5-397B-A17B-FP8'
+LAYOUT = 'the model download needs the Hugging Face cache layout, but '
+
+
+@pytest.mark.parametrize('values, refused', [
+    ({'dgxspark_model': REPO, 'dgxspark_model_download': True}, None),
+    ({'dgxspark_model': REPO, 'distribute_model_download': 'yes'}, None),
+    ({'dgxspark_model': '/data/models/qwen'}, None),  # no download: a path is the model itself
+    ({'distribute_model_path': '/data/models/qwen'}, None),
+    ({'dgxspark_model': '/data/models/qwen', 'dgxspark_model_download': True}, "dgxspark_model is '/data/models/qwen'"),
+    ({'distribute_model_path': '/data/m', 'dgxspark_model_download': True}, "distribute_model_path is '/data/m'"),
+    ({'distribute_model_path': '/data/m', 'dgxspark_model_download': True, 'distribute_model_download': False}, None),
+    ({'distribute_model_path': '/data/m', 'dgxspark_model_download': True, 'distribute_model': False}, None),
+    ({'distribute_model_path': '/data/m', 'dgxspark_model_download': True, 'dgxspark_distribute_model': 'no'}, None),
+], ids=['repo', 'repo-role-switch', 'path-no-download', 'own-path-no-download', 'path', 'own-path', 'role-switch-off',
+        'model-off', 'model-off-by-cluster-switch'])
+def test_a_download_needs_the_hugging_face_cache_layout(values, refused):
+    problems = ri.download_problems(everywhere(**values))
+    if refused is None:
+        assert problems == []
+        return
+    [problem] = problems
+    assert problem.startswith(LAYOUT + refused) and problem.endswith('(set on every node)'), problem
