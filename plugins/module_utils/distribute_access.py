@@ -141,5 +141,6 @@ def revoke(key_path, public_key, user, check_mode=False):
 
 def _diff_text(files):
     """One text of the files that change (a file's whole text is short: the relay's is shown by its size only)."""
-    return ''.join('# %s\n%s' % (path, '(absent)\n' if text is None else text if len(text) < 4096 else
-                                  '(%d bytes)\n' % len(text)) for path, text in sorted(files.items()))
+    def shown(text):
+        return '(absent)\n' if text is None else text if len(text) < 4096 else '(%d bytes)\n' % len(text)
+    return ''.join('# %s\n%s' % (path, shown(text)) for path, text in sorted(files.items()))

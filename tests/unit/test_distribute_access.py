@@ -112,7 +112,7 @@ def test_the_controller_makes_the_key_once_even_when_forks_ask_at_once(tmp_path)
     secrets = str(tmp_path / 'secrets')
     assert controller_key(secrets, False) == (os.path.join(secrets, 'distribute_ed25519'), None)
     answers = []
-    threads = [threading.Thread(target=lambda: answers.append(controller_key(secrets, True))) for _ in range(4)]
+    threads = [threading.Thread(target=lambda: answers.append(controller_key(secrets, True))) for _fork in range(4)]
     for thread in threads:
         thread.start()
     for thread in threads:
