@@ -43,3 +43,26 @@ def merged(config, keys):
 def render(config):
     """The file's text as the role has always written it (to_nice_json with indent 2, keys sorted)."""
     return json.dumps(config, indent=2, sort_keys=True, separators=(',', ': ')) + '\n'
+
+
+def flag_names(key):
+    """The dockerd flags that set daemon.json's ``key`` too: the key itself and, for a key that holds several values, its
+    singular (default-ulimits: --default-ulimit, insecure-registries: --insecure-registry, labels: --label)."""
+    names = ['--' + key]
+    if key.endswith('ies'):
+        names.append('--' + key[:-3] + 'y')
+    elif key.endswith('s'):
+        names.append('--' + key[:-1])
+    return names
+
+
+def flag_conflicts(exec_start, keys):
+    """The flags of dockerd's command line (systemd's ExecStart, as `systemctl show` prints it) that set one of ``keys``
+    too: dockerd refuses to start when a directive is both a flag and in daemon.json."""
+    words = (exec_start or '').split()
+    found = []
+    for key in keys:
+        for flag in flag_names(key):
+            if flag not in found and any(word == flag or word.startswith(flag + '=') for word in words):
+                found.append(flag)
+    return found

@@ -16,6 +16,8 @@ description:
     holds it for the next boot is written by the caller, for example with M(ansible.builtin.template)).
   - Reads C(systemd-analyze cat-config sysctl.d), the files systemd-sysctl applies at boot in its order, and returns the
     value the last of them sets (RV(boot_value)); a file read after the caller's drop-in wins at boot.
+  - With O(dropin), warns (outside check mode, where the drop-in may not be written yet) when that value is not O(value),
+    naming the files in the order systemd-sysctl reads them.
 options:
   name:
     description: The setting, for example V(vm.swappiness).
@@ -30,6 +32,10 @@ options:
       container); RV(running) then says what was left.
     type: bool
     default: true
+  dropin:
+    description: The caller's drop-in that sets O(value) for the next boot, named in the warning where a file read after
+      it sets another value. Unset, the module does not warn.
+    type: path
   proc_sys:
     description: The root of the kernel's settings (another path for tests only).
     type: path
@@ -54,12 +60,8 @@ EXAMPLES = r"""
   dgxspark.cluster.sysctl_runtime:
     name: vm.swappiness
     value: "1"
+    dropin: /etc/sysctl.d/90-dgxspark-os.conf
   register: swappiness
-
-- name: Warn when a later sysctl file sets another value at boot
-  ansible.builtin.debug:
-    msg: "vm.swappiness = {{ swappiness.boot_value }} at boot ({{ swappiness.boot_files | join(', ') }})"
-  when: swappiness.boot_value not in [none, '1']
 """
 
 RETURN = r"""
@@ -94,6 +96,7 @@ def main():
             name=dict(type='str', required=True),
             value=dict(type='str', required=True),
             apply=dict(type='bool', default=True),
+            dropin=dict(type='path'),
             proc_sys=dict(type='path', default='/proc/sys'),
             systemd_analyze=dict(type='path'),
         ),
@@ -117,6 +120,11 @@ def main():
         rc, out, dummy = module.run_command([analyze, 'cat-config', 'sysctl.d'])
         if rc == 0:
             result['boot_value'], result['boot_files'] = boot_value(out, params['name'])
+    if params['dropin'] and result['boot_value'] not in (None, value) and not module.check_mode:
+        module.warn('on %s a sysctl file read after %s sets %s = %s, which wins at boot over %s. Remove that line or rename '
+                    '%s to sort after it. Order read: %s.' % (os.uname()[1], params['dropin'], params['name'],
+                                                              result['boot_value'], value, params['dropin'],
+                                                              ', '.join(result['boot_files'])))
     module.exit_json(**result)
 
 

@@ -14,7 +14,8 @@ import sys
 
 import pytest
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils.docker_daemon_json import DaemonJsonError, merged, parse, render
+from ansible_collections.dgxspark.cluster.plugins.module_utils.docker_daemon_json import (
+    DaemonJsonError, flag_conflicts, flag_names, merged, parse, render)
 from ansible_collections.dgxspark.cluster.plugins.module_utils.installed_units import installed, parse_show
 from ansible_collections.dgxspark.cluster.plugins.module_utils.process_memory import find, summary as process_summary, vmrss_kib
 from ansible_collections.dgxspark.cluster.plugins.module_utils.drop_caches import DropCachesError, drop, parse_meminfo, summary
@@ -34,6 +35,8 @@ MEMINFO = fixture_text('meminfo.txt')
 MEMINFO_VALUES = dict((line.split(':')[0], int(line.split()[1])) for line in MEMINFO.splitlines())
 LAB_DAEMON_JSON = fixture_text('daemon_lab.json')
 NVIDIA_DAEMON_JSON = fixture_text('daemon_nvidia_ctk.json')
+SHOW_DOCKER = fixture_text('systemctl_show_docker.txt')
+SHOW_DOCKER_ABSENT = fixture_text('systemctl_show_docker_absent.txt')
 CAT_CONFIG = fixture_text('sysctl_cat_config.txt')
 CAT_CONFIG_OVERRIDDEN = fixture_text('sysctl_cat_config_overridden.txt')
 MEMLOCK = {'default-ulimits': {'memlock': {'Name': 'memlock', 'Soft': -1, 'Hard': -1}}}
@@ -207,6 +210,62 @@ def test_the_module_writes_a_missing_file_and_refuses_a_broken_one(tmp_path):
     assert 'it was not changed' in refused['msg'] and path.read_text() == '{"storage-driver": "overlay2",'
 
 
+@pytest.mark.parametrize('key, flags', [
+    ('default-ulimits', ['--default-ulimits', '--default-ulimit']),
+    ('insecure-registries', ['--insecure-registries', '--insecure-registry']),
+    ('storage-driver', ['--storage-driver']),
+])
+def test_flag_names_of_a_daemon_json_key(key, flags):
+    assert flag_names(key) == flags
+
+
+EXEC_START = SHOW_DOCKER.split('ExecStart=', 1)[1]
+
+
+@pytest.mark.parametrize('exec_start, keys, flags', [
+    # The lab node's (and Docker's packaged) unit: -H and --containerd only.
+    (EXEC_START, MEMLOCK, []),
+    (EXEC_START, {'containerd': '/run/containerd/containerd.sock'}, ['--containerd']),
+    (EXEC_START.replace(' -H fd://', ' -H fd:// --default-ulimit memlock=-1:-1'), MEMLOCK, ['--default-ulimit']),
+    (EXEC_START.replace(' -H fd://', ' --default-ulimit=nofile=1024:1024'), MEMLOCK, ['--default-ulimit']),
+    # Another flag that starts the same is not the key's.
+    (EXEC_START.replace(' -H fd://', ' --default-ulimits-x'), MEMLOCK, []),
+    ('', MEMLOCK, []),
+])
+def test_flags_that_set_a_merged_key_too(exec_start, keys, flags):
+    assert flag_conflicts(exec_start, keys) == flags
+
+
+def stand_in_systemctl(tmp_path, show_text):
+    (tmp_path / 'show.txt').write_text(show_text)
+    program = tmp_path / 'systemctl'
+    program.write_text('#!/bin/sh\n[ "$*" = "show --property=LoadState --property=ExecStart docker.service" ] || exit 2\n'
+                       'cat %s\n' % (tmp_path / 'show.txt'))
+    program.chmod(0o755)
+    return str(program)
+
+
+@pytest.mark.parametrize('show_text, changed', [(SHOW_DOCKER, True), (SHOW_DOCKER_ABSENT, False)])
+def test_the_module_merges_only_where_docker_is_installed(tmp_path, show_text, changed):
+    path = tmp_path / 'daemon.json'
+    path.write_text(LAB_DAEMON_JSON)
+    args = {'path': str(path), 'merge': MEMLOCK, 'service': 'docker', 'systemctl': stand_in_systemctl(tmp_path, show_text)}
+    result = run_module('docker_daemon_json', args)
+    assert (result['changed'], result['installed']) == (changed, changed)
+    assert json.loads(path.read_text()) == (dict(json.loads(LAB_DAEMON_JSON), **MEMLOCK) if changed else json.loads(LAB_DAEMON_JSON))
+
+
+def test_the_module_refuses_a_key_dockerd_gets_as_a_flag(tmp_path):
+    path = tmp_path / 'daemon.json'
+    path.write_text(LAB_DAEMON_JSON)
+    show = SHOW_DOCKER.replace(' -H fd://', ' -H fd:// --default-ulimit memlock=-1:-1')
+    refused = run_module('docker_daemon_json', {'path': str(path), 'merge': MEMLOCK, 'service': 'docker.service',
+                                                'systemctl': stand_in_systemctl(tmp_path, show)})
+    assert refused['failed'] and refused['msg'].startswith('docker.service starts dockerd with --default-ulimit; dockerd '
+                                                           'refuses to start when a directive is both a flag and in daemon.json')
+    assert "Docker's configuration was not changed" in refused['msg'] and path.read_text() == LAB_DAEMON_JSON
+
+
 # --- sysctl_runtime --------------------------------------------------------------------------------------------------
 
 BOOT_ORDER = ['/usr/lib/sysctl.d/50-pid-max.conf', '/etc/sysctl.d/90-dgxspark-os.conf', '/usr/lib/sysctl.d/99-protect-links.conf',
@@ -268,6 +327,13 @@ def test_the_module_sets_the_running_value_with_diff_and_check_mode(tmp_path, sy
     applied = run_module('sysctl_runtime', args)
     assert applied['changed'] and running.read_text() == '1\n'
     assert (applied['boot_value'], applied['boot_files'][2]) == ('60', '/etc/sysctl.d/95-vendor-tuning.conf')
+    assert 'warnings' not in applied
+    warned = run_module('sysctl_runtime', dict(args, dropin='/etc/sysctl.d/90-dgxspark-os.conf'))
+    assert [w['event']['msg'] for w in warned['warnings']] == ['on %s a sysctl file read after /etc/sysctl.d/90-dgxspark-os.conf sets vm.swappiness = 60, '
+        'which wins at boot over 1. Remove that line or rename /etc/sysctl.d/90-dgxspark-os.conf to sort after it. Order read: '
+        '%s.' % (os.uname()[1], ', '.join(applied['boot_files']))]
+    # In check mode the drop-in may not be written yet: no warning.
+    assert 'warnings' not in run_module('sysctl_runtime', dict(args, dropin='/x.conf', _ansible_check_mode=True))
     assert not run_module('sysctl_runtime', args)['changed']
     running.write_text('30\n')
     left = run_module('sysctl_runtime', dict(args, apply=False))
