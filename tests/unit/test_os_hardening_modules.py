@@ -329,9 +329,10 @@ def test_the_module_sets_the_running_value_with_diff_and_check_mode(tmp_path, sy
     assert (applied['boot_value'], applied['boot_files'][2]) == ('60', '/etc/sysctl.d/95-vendor-tuning.conf')
     assert 'warnings' not in applied
     warned = run_module('sysctl_runtime', dict(args, dropin='/etc/sysctl.d/90-dgxspark-os.conf'))
-    assert [w['event']['msg'] for w in warned['warnings']] == ['on %s a sysctl file read after /etc/sysctl.d/90-dgxspark-os.conf sets vm.swappiness = 60, '
-        'which wins at boot over 1. Remove that line or rename /etc/sysctl.d/90-dgxspark-os.conf to sort after it. Order read: '
-        '%s.' % (os.uname()[1], ', '.join(applied['boot_files']))]
+    assert [w['event']['msg'] for w in warned['warnings']] == [
+        'on %s a sysctl file read after /etc/sysctl.d/90-dgxspark-os.conf sets vm.swappiness = 60, which wins at boot '
+        'over 1. Remove that line or rename /etc/sysctl.d/90-dgxspark-os.conf to sort after it. Order read: %s.'
+        % (os.uname()[1], ', '.join(applied['boot_files']))]
     # In check mode the drop-in may not be written yet: no warning.
     assert 'warnings' not in run_module('sysctl_runtime', dict(args, dropin='/x.conf', _ansible_check_mode=True))
     assert not run_module('sysctl_runtime', args)['changed']
