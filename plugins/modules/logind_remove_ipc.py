@@ -12,7 +12,7 @@ short_description: Keep or drop systemd-logind's RemoveIPC=no drop-in, and resta
 version_added: 0.3.0
 author: dgxspark.cluster contributors (@dgxspark)
 description:
-  - With O(keep_ipc=true) writes O(path) (root, mode 0644, its directory created 0755) setting C(RemoveIPC=no), so that
+  - With O(keep_ipc=true) writes O(path) (root, mode 0644, in a directory of mode 0755) setting C(RemoveIPC=no), so that
     logind keeps the POSIX semaphores and shared memory of a regular user whose last session ends. With
     O(keep_ipc=false) removes O(path), so that systemd's default (C(RemoveIPC=yes)) holds.
   - Reads the running logind's value over D-Bus (C(busctl get-property)) and restarts C(systemd-logind.service) when it
@@ -118,11 +118,12 @@ def main():
         else:
             write_dropin(module, path, after)
     if after is not None and os.path.exists(path):
-        # The file is logind's configuration: root's, readable by all (the role's copy task wrote it so).
-        if os.geteuid() == 0:
-            result['changed'] = module.set_owner_if_different(path, 'root', result['changed'])
-            result['changed'] = module.set_group_if_different(path, 'root', result['changed'])
-        result['changed'] = module.set_mode_if_different(path, '0644', result['changed'])
+        # logind's configuration: root's, readable by all (as the role's file and copy tasks made them).
+        for item, mode in ((os.path.dirname(path), '0755'), (path, '0644')):
+            if os.geteuid() == 0:
+                result['changed'] = module.set_owner_if_different(item, 'root', result['changed'])
+                result['changed'] = module.set_group_if_different(item, 'root', result['changed'])
+            result['changed'] = module.set_mode_if_different(item, mode, result['changed'])
     busctl = params['busctl'] or module.get_bin_path('busctl')
     rc, out = (module.run_command([busctl] + BUSCTL_ARGV)[:2]) if busctl else (1, '')
     result['running_remove_ipc'] = running_remove_ipc(rc, out)

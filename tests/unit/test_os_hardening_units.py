@@ -83,10 +83,12 @@ def test_logind_keeps_ipc_with_check_mode_diff_and_one_restart(tmp_path, logind)
     assert calls(tmp_path)[-1] == 'systemctl restart systemd-logind.service'
     again = run_module('logind_remove_ipc', logind)
     assert not again['changed'] and not again['restarted'] and again['running_remove_ipc'] is False
-    # A mode changed by hand is put back, without a restart.
+    # Modes changed by hand are put back, without a restart.
     dropin.chmod(0o600)
+    dropin.parent.chmod(0o700)
     fixed = run_module('logind_remove_ipc', logind)
     assert fixed['changed'] and not fixed['restarted'] and oct(dropin.stat().st_mode & 0o777) == '0o644'
+    assert oct(dropin.parent.stat().st_mode & 0o777) == '0o755'
 
 
 def test_logind_restarted_when_it_still_runs_with_an_old_value(tmp_path, logind):
