@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.dgxspark.cluster.plugins.plugin_utils.phase_inputs import phase_checks
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.phase_inputs import phase_checks, phases_from
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils.wrapper_errors import action_call
 
 
@@ -22,9 +22,9 @@ class ActionModule(ActionBase):
         result = super(ActionModule, self).run(tmp, task_vars)
         del tmp
         args = dict(self._task.args)
-        if args.get('phases') is not None:
-            phases = args.pop('phases')
+        if args.get('phases') is not None or args.get('from_phase') is not None:
             definitions = args.pop('definitions', None)
+            phases = args.pop('phases', None) or action_call('phase_state', phases_from, args.pop('from_phase'), definitions)
             args['checks'] = action_call('phase_state', phase_checks, phases, definitions, list(task_vars),
                                          lambda name: self._templar.template(task_vars.get(name)))
         result.update(self._execute_module(module_name='dgxspark.cluster.phase_state', module_args=args,

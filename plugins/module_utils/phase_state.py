@@ -25,6 +25,7 @@ PHASE_RE = re.compile(r'^[a-z][a-z0-9_]*$')
 WATCH_KINDS = ('files', 'interfaces', 'containers', 'sysctls', 'nft_tables', 'services')
 STAMP_VERSION = 1
 
+
 class PhaseStateError(ValueError):
     """Inputs that cannot describe a phase's state."""
 

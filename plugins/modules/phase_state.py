@@ -38,6 +38,11 @@ options:
       - The phases to check at once (O(state=check)), each defined in O(definitions); instead of O(phase).
     type: list
     elements: str
+  from_phase:
+    description:
+      - With O(definitions) instead of O(phases) (O(state=check)), this phase and every phase defined after it (the order
+        of O(definitions)), so that the first phase of a run checks them all in one call.
+    type: str
   definitions:
     description:
       - What each phase takes as inputs and watches, by phase name (C(dgxspark_phase_definitions)). Keys V(roles) (the roles
@@ -82,9 +87,10 @@ attributes:
     details: With O(state=recorded) the diff shows the stamp before and after.
   action:
     support: full
+    description: Indicates this has a corresponding action plugin, so some parts of the options can be executed on the controller.
     details: Computes the inputs digests of O(phases) on the controller.
 notes:
-  - O(phase) or O(phases) is required; O(phases) only with O(state=check).
+  - O(phase), O(phases) or O(from_phase) is required; O(phases) and O(from_phase) only with O(state=check).
 """
 
 EXAMPLES = r"""
@@ -112,7 +118,9 @@ EXAMPLES = r"""
 
 RETURN = r"""
 converged:
-  description: True when the phase (with O(phases), every one) converged before with the same inputs and what it manages is unchanged (always false after recording).
+  description: >-
+    True when the phase (with O(phases), every one) converged before with the same inputs and what it manages is
+    unchanged (always false after recording).
   returned: always
   type: bool
 reason:
@@ -264,6 +272,7 @@ def main():
             phase=dict(type='str'),
             inputs_digest=dict(type='str'),
             phases=dict(type='list', elements='str'),
+            from_phase=dict(type='str'),
             definitions=dict(type='dict'),
             checks=dict(type='list', elements='dict'),
             watch=dict(type='dict', default={}),

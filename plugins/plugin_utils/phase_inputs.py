@@ -35,7 +35,6 @@ MODEL_VARIABLES = ('dgxspark_allow_expert_parallel_with_fp8_moe', 'dgxspark_allo
                    'dgxspark_tensor_parallel_size', 'dgxspark_vllm_site_args')
 
 
-
 def without_model_inputs(data):
     """The inputs {'plan': ..., 'vars': ...} of a phase that reads nothing of the model, less MODEL_PLAN_KEYS and
     MODEL_VARIABLES (other keys are kept as they are)."""
@@ -151,6 +150,15 @@ def definition_problems(phase, definition):
     if not definition.get('roles') or not isinstance(definition.get('roles'), list):
         problems.append('phase %s: roles must list the roles it runs' % phase)
     return problems
+
+
+def phases_from(phase, definitions):
+    """The phase and every phase defined after it (definitions: in the order the phases run)."""
+    names = list(definitions or {})
+    if phase not in names:
+        raise PhaseStateError('phase %s has no definition in dgxspark_phase_definitions (defined: %s)'
+                              % (phase, ', '.join(names) or 'none'))
+    return names[names.index(phase):]
 
 
 def phase_checks(phases, definitions, names, value_of):

@@ -7,7 +7,7 @@ import yaml
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils.phase_state import PhaseStateError
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils.phase_inputs import (
-    definition_problems, input_names, phase_checks)
+    definition_problems, input_names, phase_checks, phases_from)
 
 REPO = os.path.join(os.path.dirname(__file__), '..', '..')
 with open(os.path.join(REPO, 'playbooks', 'vars', 'phases.yml'), encoding='utf-8') as _handle:
@@ -76,3 +76,10 @@ def test_each_phase_s_digest_follows_its_own_inputs_only():
     changed = digests({'dgxspark_plan': dict(values['dgxspark_plan'], max_model_len=8192)})
     # a model key of the plan: every phase but the model-free ones
     assert [p for p in base if base[p] != changed[p]] == ['ray', 'vllm', 'supervisor', 'monitoring']
+
+
+def test_a_phase_s_check_reads_it_and_the_later_phases():
+    assert phases_from('ray', DEFINITIONS) == ['ray', 'vllm', 'supervisor', 'monitoring']
+    assert phases_from('network', DEFINITIONS) == list(DEFINITIONS)
+    with pytest.raises(PhaseStateError, match='phase rays has no definition'):
+        phases_from('rays', DEFINITIONS)
