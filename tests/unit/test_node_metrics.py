@@ -218,3 +218,18 @@ def test_pcie_aer_counters_are_read_from_every_device_that_has_them(tmp_path):
     text = metrics.render(metrics.aer_samples(str(tmp_path)))
     assert parse_text_format(text)["dgxspark_pcie_aer_errors"][2] == (
         'dgxspark_pcie_aer_errors{device="0000:01:00.0",severity="fatal"} 1')
+
+
+@pytest.mark.parametrize("nft_body, expected", [
+    ("echo 'table inet dgxspark {'; echo '}'\n", 1),
+    ("echo 'Error: No such file or directory' >&2; exit 1\n", 0),
+])
+def test_the_firewall_table_is_a_gauge(tmp_path, nft_body, expected):
+    nft = str(tmp_path / "nft")
+    write_tool(nft, nft_body)
+    samples = [s for s in metrics.collect({"nft": nft, "nvidia_smi": str(tmp_path / "absent"), "pci_devices_dir": str(tmp_path)})
+               if s[0] == "dgxspark_firewall_table_loaded"]
+    assert samples == [("dgxspark_firewall_table_loaded", {}, expected)]
+    # no nft on the node: no gauge (nothing to say), rather than a false alarm
+    assert not [s for s in metrics.collect({"nft": str(tmp_path / "none"), "nvidia_smi": str(tmp_path / "absent"),
+                                            "pci_devices_dir": str(tmp_path)}) if s[0] == "dgxspark_firewall_table_loaded"]

@@ -58,6 +58,8 @@ HELP = {
     "dgxspark_phase_converged_timestamp_seconds": "When a deployment phase last converged on this node (its stamp)",
     "dgxspark_memory_floor_bytes": "MemAvailable below this is an alert: a share of what the plan leaves outside vLLM",
     "dgxspark_node_metrics_timestamp_seconds": "When these gauges were written",
+    "dgxspark_firewall_table_loaded": "1 when the firewall's table inet dgxspark is loaded (its watch puts it back within "
+                                      "seconds; 0 for long: the watch cannot, and the node should have stopped serving)",
     "dgxspark_pcie_aer_errors": "PCIe AER errors a device reported since boot, by severity (the kernel's aer_dev_* "
                                       "counters): a CX-7 fatal AER soft-locked Spark heads under sustained load",
 }
@@ -233,6 +235,10 @@ def collect(config, now=None):
             if entry.endswith(".json"):
                 samples.append(("dgxspark_phase_converged_timestamp_seconds", {"phase": entry[:-5]},
                                 os.stat(os.path.join(phase_dir, entry)).st_mtime))
+    nft = config.get("nft", "/usr/sbin/nft")
+    if nft and os.path.exists(nft):
+        rc, _out = _run([nft, "list", "table", "inet", "dgxspark"], config.get("nft_timeout_s", 10))
+        samples.append(("dgxspark_firewall_table_loaded", {}, 1 if rc == 0 else 0))
     samples.extend(aer_samples(config.get("pci_devices_dir", "/sys/bus/pci/devices")))
     if config.get("memory_floor_bytes") is not None:
         samples.append(("dgxspark_memory_floor_bytes", {}, int(config["memory_floor_bytes"])))
