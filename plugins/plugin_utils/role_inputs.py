@@ -164,6 +164,15 @@ FORMATS = {
                           'e.g. vllm/vllm-openai:v0.33.0'),
     'vllm_container_image': (re.compile(r'[^\s]+'), 'not an image reference (empty or with spaces): set '
                              'dgxspark_serving_image, e.g. vllm/vllm-openai:v0.33.0'),
+    # Written into service files (Prometheus' ARGS, the supervisor's unit): the service's own format, or it does not start.
+    'monitoring_retention_time': (re.compile(r'([0-9]+(ms|s|m|h|d|w|y))+'),
+                                  "not a Prometheus duration: use e.g. 15d (the default), 12h or 2w"),
+    'monitoring_retention_size': (re.compile(r'[0-9]+(B|KB|MB|GB|TB|PB|EB)'),
+                                  "not a Prometheus size (a whole number and B, KB, MB, GB, TB, PB or EB): use e.g. 10GB "
+                                  "(the default)"),
+    'supervisor_memory_max': (re.compile(r'[0-9]+[KMGT]?|[0-9]+(\.[0-9]+)?%|infinity'),
+                              "not a systemd MemoryMax= (bytes with K, M, G or T, a percentage, or infinity): use e.g. 256M "
+                              "(the default)"),
     'distribute_model_path': (re.compile(r'(/.*)?'), 'not an absolute path: give the model directory on the head (the same path '
                               'on every node), or leave it empty for dgxspark_model'),
     'os_hardening_limits_file': (re.compile(r'/etc/security/limits\.d/[^/]+\.conf'),
