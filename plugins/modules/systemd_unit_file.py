@@ -121,13 +121,13 @@ def main():
     if params['state'] == 'started':
         enabled = module.run_command([systemctl, 'is-enabled', name])[1]
         active = module.run_command([systemctl, 'is-active', name])[1]
-    todo = steps(name, params['state'], before, content, enabled, active)
-    result = dict(changed=bool(todo), steps=[step if isinstance(step, str) else 'systemctl ' + ' '.join(step) for step in todo])
-    if 'write' in todo or 'remove' in todo:
+    planned = steps(name, params['state'], before, content, enabled, active)
+    result = dict(changed=bool(planned), steps=[step if isinstance(step, str) else 'systemctl ' + ' '.join(step) for step in planned])
+    if 'write' in planned or 'remove' in planned:
         if module._diff:
             result['diff'] = dict(before_header=path, after_header=path, before=before or '',
                                   after=content if params['state'] == 'started' else '')
-    for step in [] if module.check_mode else todo:
+    for step in [] if module.check_mode else planned:
         if step == 'write':
             write(module, path, content)
         elif step == 'remove':
