@@ -32,16 +32,20 @@ KEY_NAME = 'distribute_ed25519'
 
 def controller_key(secrets_dir, make):
     """The key's (private path, public line) in ``secrets_dir`` (0700), made once when ``make`` (one play's forks may
-    ask at once: they take turns on a lock); (path, None) when there is none."""
+    ask at once: they take turns on a lock of the directory itself, which leaves no file beside the secrets); (path, None)
+    when there is none."""
     path = os.path.join(secrets_dir, KEY_NAME)
     if make:
         os.makedirs(secrets_dir, mode=0o700, exist_ok=True)
         os.chmod(secrets_dir, 0o700)
-        with open(os.path.join(secrets_dir, '.%s.lock' % KEY_NAME), 'w') as lock:
+        lock = os.open(secrets_dir, os.O_RDONLY)
+        try:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if not os.path.exists(path):
                 subprocess.run(['ssh-keygen', '-q', '-t', 'ed25519', '-N', '', '-C', COMMENT, '-f', path], check=True,
                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        finally:
+            os.close(lock)
     try:
         with open(path + '.pub') as handle:
             return path, handle.read().strip()

@@ -120,3 +120,5 @@ def test_the_controller_makes_the_key_once_even_when_forks_ask_at_once(tmp_path)
     assert len(set(answers)) == 1 and answers[0][1].startswith('ssh-ed25519 ') and answers[0][1].endswith(' dgxspark-distribute')
     assert mode(secrets) == 0o700 and mode(answers[0][0]) == 0o600
     assert controller_key(secrets, True) == answers[0]
+    # Every file there is a secret to diagnose.yml's last look: the lock leaves none of its own.
+    assert sorted(os.listdir(secrets)) == ['distribute_ed25519', 'distribute_ed25519.pub']
