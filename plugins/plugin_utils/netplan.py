@@ -16,7 +16,6 @@ other netplan file, management interface included).
 
 from __future__ import annotations
 
-import base64
 import ipaddress
 import json
 import re
@@ -571,22 +570,16 @@ def generate_rejections(results_by_host):
 
 
 def parse_netplan_files(files):
-    """A node's other netplan files as preflight_problems takes them, from ``{path, content}`` mappings or the
-    ansible.builtin.slurp results of a loop (skipped items left out); a file that is not YAML keeps its ``error``."""
+    """A node's other netplan files as preflight_problems takes them, from the ``{path, content}`` mappings the module
+    cx7_netplan_files returns; a file that is not YAML keeps its ``error``."""
     parsed = []
     for item in files or []:
-        if isinstance(item, dict) and item.get('skipped'):
-            continue
-        path = (item.get('path') or item.get('source')) if isinstance(item, dict) else None
+        path = item.get('path') if isinstance(item, dict) else None
         if not path:
-            raise NetplanConfigError(['netplan_files must be a list of {path, content} mappings (or ansible.builtin.slurp results), '
-                                      'got %r.' % (item,)])
-        content = item.get('content') or ''
+            raise NetplanConfigError(['netplan_files must be a list of {path, content} mappings, got %r.' % (item,)])
         try:
-            if item.get('encoding') == 'base64':
-                content = base64.b64decode(content).decode('utf-8')
-            document = yaml.safe_load(content)
-        except (yaml.YAMLError, ValueError) as exc:
+            document = yaml.safe_load(item.get('content') or '')
+        except yaml.YAMLError as exc:
             parsed.append({'path': path, 'document': None, 'error': str(exc).replace('\n', ' ')})
             continue
         parsed.append({'path': path, 'document': document})
