@@ -14,6 +14,8 @@ libraries the rank mapped, each with its sha256 (the test prints `# NCCL library
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 
 # NCCL_DEBUG=INFO prefixes it (`host:pid:tid [dev] NCCL INFO NCCL version ...`), NCCL_DEBUG=VERSION prints it bare.
@@ -35,13 +37,20 @@ def _build(identity):
 
 def _describe(identity):
     libraries = ', '.join('%s (sha256 %s)' % (path, sha[:12]) for sha, path in identity['libraries']) or 'no library seen'
-    return 'NCCL %s from %s' % (identity['version'] or '(version not printed)', libraries)
+    # The engine's processes show only the files they mapped; the fabric test's ranks print NCCL's version too.
+    return 'NCCL %sfrom %s' % (identity['version'] + ' ' if identity['version'] else '', libraries)
 
 
 def failures(outputs, order):
     """(summary line or None, failures) from each node's rank output ({host: text}; a node without output is left out).
     A failure: two libraries in one rank, or nodes whose builds differ (the same version with another sha256 too)."""
     found = dict((host, parse_rank_output(outputs[host])) for host in order if outputs.get(host))
+    return compare_builds(found, order)
+
+
+def compare_builds(found, order, subject="the NCCL test's rank"):
+    """(summary line or None, failures) from each node's identity ({host: {'version', 'libraries'}}): the fabric test's
+    ranks (failures) or the serving engine's processes (loaded_by_processes)."""
     found = dict((host, identity) for host, identity in found.items() if identity['libraries'] or identity['version'])
     if not found:
         return None, []
@@ -49,10 +58,10 @@ def failures(outputs, order):
     for host, identity in found.items():
         if len(identity['libraries']) > 1:
             problems.append({'host': host, 'rail': None, 'interface': None, 'peer': None, 'cause': CAUSE_NCCL_BUILD,
-                             'detail': 'the NCCL test\'s rank mapped %d NCCL libraries (%s); the first one loaded answers, '
+                             'detail': '%s mapped %d NCCL libraries (%s); the first one loaded answers, '
                                        'whichever it is. Keep one: the image\'s own (unset LD_PRELOAD and '
                                        'LD_LIBRARY_PATH entries that name another libnccl), or mount the host\'s in its '
-                                       'place.' % (len(identity['libraries']), _describe(identity))})
+                                       'place.' % (subject, len(identity['libraries']), _describe(identity))})
     builds = {}
     for host, identity in found.items():
         builds.setdefault((identity['version'], _build(identity)), []).append(host)
@@ -65,6 +74,9 @@ def failures(outputs, order):
                          'cause': CAUSE_NCCL_BUILD,
                          'detail': '%s: %s. Serve one NCCL build on every node: the same serving image (by ID) '
                                    'everywhere, and no host library mounted on some nodes only.' % (
+                                       'the nodes loaded different NCCL files (another path, or the same path with '
+                                       'other contents: the pip wheel\'s and the system\'s differ, vllm #42354)'
+                                       if None in versions else
                                        'the nodes run the same NCCL version from different builds (the pip wheel\'s '
                                        'and the system\'s differ: one wedged under load, vllm #42354)' if same else
                                        'the nodes run different NCCL versions', detail)})
@@ -72,3 +84,63 @@ def failures(outputs, order):
     line = ('NCCL build: %s on %d node(s)' % (_describe(first), len(found)) if len(builds) == 1 and not problems
             else 'NCCL build: differs between nodes or within one (see failures)')
     return line, problems
+
+
+def mapped_libraries(maps_text):
+    """The libnccl files a process mapped, from its /proc/PID/maps (`address perms offset dev inode path`); a file
+    replaced since it was loaded keeps its path with ` (deleted)` after it."""
+    paths = set()
+    for line in (maps_text or '').splitlines():
+        fields = line.split(None, 5)
+        if len(fields) < 6:
+            continue  # anonymous memory has no path
+        path = fields[5].strip()
+        if path.endswith(' (deleted)'):
+            path = path[:-len(' (deleted)')]
+        if path.startswith('/') and path.rsplit('/', 1)[-1].startswith('libnccl'):
+            paths.add(path)
+    return sorted(paths)
+
+
+def _read(path):
+    try:
+        with open(path, 'r') as handle:
+            return handle.read()
+    except (IOError, OSError):  # the process ended meanwhile
+        return None
+
+
+def container_pids(container_ids, proc='/proc'):
+    """{container id: [pid]} of the host's processes whose cgroup names one of the containers (Docker's cgroup paths
+    hold the full container id under both cgroup drivers: `docker-<id>.scope` and `/docker/<id>`)."""
+    found = dict((cid, []) for cid in container_ids)
+    for entry in sorted(int(name) for name in os.listdir(proc) if name.isdigit()):
+        cgroup = _read(os.path.join(proc, str(entry), 'cgroup'))
+        for cid in container_ids:
+            if cgroup and cid in cgroup:
+                found[cid].append(entry)
+    return found
+
+
+def loaded_by_processes(pids, proc='/proc', digest=None):
+    """{'version': None, 'libraries': [(sha256, path)], 'processes': n} of the libnccl files the processes mapped: the
+    file is read through the process' own root (/proc/PID/root), so a path inside a container names its file."""
+    digest = digest or _sha256
+    libraries = set()
+    mapping = 0
+    for pid in pids:
+        paths = mapped_libraries(_read(os.path.join(proc, str(pid), 'maps')))
+        for path in paths:
+            sha = digest(os.path.join(proc, str(pid), 'root', path.lstrip('/')))
+            if sha:
+                libraries.add((sha, path))
+        mapping += 1 if paths else 0
+    return {'version': None, 'libraries': sorted(libraries, key=lambda item: (item[1], item[0])), 'processes': mapping}
+
+
+def _sha256(path):
+    try:
+        with open(path, 'rb') as handle:
+            return hashlib.sha256(handle.read()).hexdigest()
+    except (IOError, OSError):
+        return None
