@@ -78,4 +78,4 @@ def test_the_runtime_pins_are_the_development_pins_without_the_test_tools():
     assert 'ansible-core' in runtime and 'ansible' not in runtime  # the whole Ansible package: development only
     assert 'ansible' in development  # setup.sh takes the runtime's collections from this pinned wheel
     assert not set(runtime) & {'ansible-lint', 'yamllint', 'molecule', 'pytest', 'pytest-testinfra', 'pytest-xdist',
-                                         'openai'}
+                               'openai'}
