@@ -302,12 +302,13 @@ def prometheus_host_problems(values_by_host, nodes):
 
 
 def monitoring_reach_warnings(values_by_host, head):
-    """Prometheus opened to a network: it has no authentication, and it answers queries of the engine's metrics that
-    the API key protects at the engine."""
+    """Prometheus opened to a network: it asks for its password (basic auth), but over plain HTTP the password crosses
+    that network in clear, and whoever has it reads every metric, the engine's included."""
     values = values_by_host.get(head) or {}
     allowed = values.get('node_firewall_monitoring_allowed_cidrs', values.get('dgxspark_monitoring_allowed_cidrs', []))
     if isinstance(allowed, (list, tuple)) and allowed:
-        return ['dgxspark_monitoring_allowed_cidrs opens Prometheus to %s: it has no authentication, so anyone there '
-                'reads every metric it holds, the engine\'s included (requests, tokens, the model), which the API key '
-                'protects at the engine; keep it to the networks of your monitoring' % ', '.join(str(c) for c in allowed)]
+        return ['dgxspark_monitoring_allowed_cidrs opens Prometheus to %s: it asks for its password (basic auth, '
+                'prometheus_password in the controller\'s secrets directory), which plain HTTP carries in clear over '
+                'those networks, and with it every metric can be read, the engine\'s included (requests, tokens, the '
+                'model); keep it to the networks of your monitoring' % ', '.join(str(c) for c in allowed)]
     return []

@@ -609,12 +609,14 @@ def test_an_api_key_the_inventory_gives_is_long_random_ascii(key, refused):
     ({'node_firewall_monitoring_allowed_cidrs': ['10.20.0.0/24', '10.21.0.0/24']}, True),
 ])
 def test_prometheus_opened_to_a_network_is_said_out_loud(values, warned):
-    """Issue 49: Prometheus has no authentication and republishes the metrics the API key protects at the engine."""
+    """Issue 49: Prometheus republishes the metrics the API key protects at the engine; its password (basic auth)
+    crosses the allowed networks in clear over plain HTTP."""
     warnings = rn.monitoring_reach_warnings({'spark-alpha': values}, 'spark-alpha')
     assert bool(warnings) is warned
     if warned:
         assert warnings[0].startswith('dgxspark_monitoring_allowed_cidrs opens Prometheus to 10.20.0.0/24')
-        assert 'it has no authentication' in warnings[0]
+        assert 'it asks for its password (basic auth, prometheus_password in the controller\'s secrets directory), ' \
+               'which plain HTTP carries in clear' in warnings[0]
 
 
 @pytest.mark.parametrize('values, expected', [

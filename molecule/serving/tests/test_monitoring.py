@@ -1,8 +1,8 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Testinfra checks of the monitoring role in both serving scenarios: the node exporter on each node's rail-1 address
-only, with the collection's gauges fresh in its output; Prometheus on the head with the alert rules loaded, its own
-0600 copy of the API key, and every target up (both node exporters and the engine's /metrics, which needs the key).
+only, with the collection's gauges fresh in its output; Prometheus on the head behind its password (basic auth) with the
+alert rules loaded, its own 0600 copy of the API key, and every target up (both node exporters and the engine's /metrics, which needs the key).
 (Dashboards against live data and a staged alert: tests/lab/test_monitoring_lab.py.)"""
 
 from __future__ import annotations
@@ -16,10 +16,25 @@ testinfra_hosts = ["ansible://spark-alpha", "ansible://spark-beta"]
 RAIL1 = {"spark-alpha": "192.168.100.10", "spark-beta": "192.168.100.11"}
 
 
-def fetch(host, url):
-    """GET url from the node itself (Python's urllib: the nodes have no curl) -> the body."""
-    return host.check_output("python3 -c \"import sys, urllib.request; "
-                             "sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())\" '%s'" % url)
+PASSWORD_FILE = "/etc/dgxspark/secrets/prometheus_password"
+# GET argv[1] with Prometheus' user and the password read from its 0600 file (never in argv) -> the body, or
+# `HTTP <status>` when refused. Python's urllib: the nodes have no curl.
+FETCH = """
+import base64, sys, urllib.error, urllib.request
+request = urllib.request.Request(sys.argv[1])
+if sys.argv[2] == "auth":
+    secret = open("%s").read().strip()
+    request.add_header("Authorization", "Basic " + base64.b64encode(("dgxspark:" + secret).encode()).decode())
+try:
+    sys.stdout.write(urllib.request.urlopen(request, timeout=10).read().decode())
+except urllib.error.HTTPError as error:
+    sys.stdout.write("HTTP %%d" %% error.code)
+""" % PASSWORD_FILE
+
+
+def fetch(host, url, auth=True):
+    """GET url from the node itself, with Prometheus' password unless auth is false -> the body (or `HTTP <status>`)."""
+    return host.check_output("python3 -c '%s' '%s' %s" % (FETCH.replace("'", "'\\''"), url, "auth" if auth else "none"))
 
 
 def listening(host, port):
@@ -68,6 +83,20 @@ def test_prometheus_runs_on_the_head_only_with_its_own_key_copy(host):
     # The key is in a file Prometheus reads, never in its configuration or its command line.
     assert key.content_string not in host.file("/etc/prometheus/prometheus.yml").content_string
     assert key.content_string not in host.check_output("ps -eo args")
+
+
+def test_prometheus_asks_for_its_password(host):
+    """Issue 49: Prometheus answers its API with the password only (basic auth); its web configuration holds the hash."""
+    if host.backend.get_hostname() != "spark-alpha":
+        return
+    assert fetch(host, "http://127.0.0.1:9090/api/v1/query?query=up", auth=False) == "HTTP 401"
+    assert json.loads(fetch(host, "http://127.0.0.1:9090/api/v1/query?query=up"))["status"] == "success"
+    password = host.file(PASSWORD_FILE)
+    assert (password.user, password.group, password.mode) == ("root", "root", 0o600)
+    web = host.file("/etc/prometheus/dgxspark-web.yml")
+    assert (web.user, web.group, web.mode) == ("root", "prometheus", 0o640)
+    assert web.content_string.count("$2b$") == 1 and password.content_string not in web.content_string
+    assert "--web.config.file=/etc/prometheus/dgxspark-web.yml" in host.check_output("ps -eo args")
 
 
 def test_prometheus_has_the_rules_and_every_target_up(host):
