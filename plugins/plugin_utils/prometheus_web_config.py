@@ -26,6 +26,13 @@ MAX_PASSWORD_BYTES = 72
 BCRYPT_ROUNDS = 10
 
 
+class _Dumper(yaml.SafeDumper):
+    """A safe dumper that writes a str subclass (Ansible's tagged strings) as the plain string it is."""
+
+
+_Dumper.add_multi_representer(str, yaml.representer.SafeRepresenter.represent_str)
+
+
 class WebConfigError(ValueError):
     """The user, password, TLS files or the existing file cannot make a web configuration."""
 
@@ -98,5 +105,5 @@ def web_config(user, password, existing_text='', tls_cert_file=None, tls_key_fil
 
 def web_config_text(config):
     """The file's text: YAML, keys in a fixed order, so that the same config is the same file."""
-    return '# Managed by dgxspark.cluster (monitoring): Prometheus\' --web.config.file.\n' + yaml.safe_dump(
-        config, default_flow_style=False, sort_keys=True)
+    return '# Managed by dgxspark.cluster (monitoring): Prometheus\' --web.config.file.\n' + yaml.dump(
+        config, Dumper=_Dumper, default_flow_style=False, sort_keys=True)

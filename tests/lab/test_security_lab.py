@@ -6,7 +6,8 @@
 - From a peer over a rail the same ports answer and the cluster serves (the deploy's own readiness and smoke test).
 - A firewall table deleted on a node fails `status.yml` naming the node, and the next deploy loads it again on that
   node only, restarting nothing (Docker requires the firewall unit: molecule/node_firewall shows it failing closed).
-- No secret (API key, Ray token, Hugging Face token) in `ps`, `docker inspect` of every container, the play's output,
+- Prometheus answers 401 without its password, 200 with it (basic auth).
+- No secret (API key, Ray token, Hugging Face token, Prometheus' password) in `ps`, `docker inspect` of every container, the play's output,
   the journal or any container's log on any node; the files that hold them are 0600 root; the API key is in no
   process's environment, and no other process (the Ray head's container shares the PID namespace) reads the server's.
 Under mp (DGXSPARK_LAB_BACKEND=mp) the same, with vLLM's rendezvous port in place of Ray's ports, no Ray token on any
@@ -15,6 +16,7 @@ node, and each node's rank container holding what Ray's holds with Ray.
     python3 lab/labctl.py up --serving && .venv/bin/python -m pytest -m lab tests/lab/test_security_lab.py
 """
 
+import base64
 import concurrent.futures
 import json
 import os
@@ -98,7 +100,8 @@ def deployed(lab, tmp_path_factory):
 @pytest.fixture(scope="module")
 def secrets(lab, deployed):
     """{name: value} of every secret the deploy uses."""
-    values = {"vllm_api_key": controller_secret(lab, "vllm_api_key"), "hf_token": HF_TOKEN}
+    values = {"vllm_api_key": controller_secret(lab, "vllm_api_key"), "hf_token": HF_TOKEN,
+              "prometheus_password": controller_secret(lab, "prometheus_password")}
     # Made by the first Ray deploy; under mp none is made, but one left from an earlier Ray deploy is searched for too.
     if BACKEND == "ray" or os.path.exists(os.path.join(lab.state_dir, "secrets", "ray_token")):
         values["ray_token"] = controller_secret(lab, "ray_token")
@@ -166,6 +169,26 @@ def test_api_answers_401_without_the_key_and_200_with_it(lab, secrets, deployed)
     assert api_status(url) == 401
     assert api_status(url, "not-the-key") == 401
     assert api_status(url, secrets["vllm_api_key"]) == 200
+
+
+def prometheus_status(url, password=None):
+    request = urllib.request.Request(url)
+    if password is not None:
+        request.add_header("Authorization", "Basic " + base64.b64encode(("dgxspark:" + password).encode()).decode())
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def test_prometheus_answers_401_without_its_password_and_200_with_it(lab, secrets, deployed):
+    """Issue 49: Prometheus republished the engine's metrics (which the API key protects at the engine) to the networks
+    the inventory allows, without credentials."""
+    url = "http://%s:%d/api/v1/query?query=vllm:num_requests_running" % (lab.mgmt_ip[HEAD], PROMETHEUS_PORT)
+    assert prometheus_status(url) == 401
+    assert prometheus_status(url, "not-the-password") == 401
+    assert prometheus_status(url, secrets["prometheus_password"]) == 200
 
 
 def test_every_route_of_the_running_server_needs_the_key_but_health(lab, secrets, deployed):
@@ -303,7 +326,7 @@ def test_secret_files_are_0600_root(lab, deployed):
     head_secrets = set(lab.host(HEAD).check_output("ls -A %s" % NODE_SECRETS_DIR).split())
     # vLLM runs with the Hub offline and the download is over: no Hugging Face token is kept where nothing reads it.
     assert "vllm_api_key" in head_secrets and not head_secrets & {"hf_token", "distribute_hf_token"}, head_secrets
-    for name in ("ray_token", "vllm_api_key") if BACKEND == "ray" else ("vllm_api_key",):
+    for name in ("ray_token",) * (BACKEND == "ray") + ("vllm_api_key", "prometheus_password"):
         info = os.stat(os.path.join(lab.state_dir, "secrets", name))
         assert stat.S_IMODE(info.st_mode) == 0o600 and info.st_uid == 0, name
 

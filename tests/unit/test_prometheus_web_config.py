@@ -64,6 +64,18 @@ def test_a_second_run_writes_the_same_text():
     assert text.startswith("# Managed by dgxspark.cluster") and yaml.safe_load(text) == first
 
 
+class TaggedStr(str):
+    """What a templated task argument is in ansible-core 2.19: a str subclass, which yaml.safe_dump refuses."""
+
+
+def test_templated_arguments_are_written_as_plain_strings():
+    config, _ = pwc.web_config(TaggedStr("dgxspark"), TaggedStr(PASSWORD), "", TaggedStr("/etc/tls/a.crt"),
+                               TaggedStr("/etc/tls/a.key"))
+    text = pwc.web_config_text(config)
+    assert "!!python" not in text and yaml.safe_load(text)["tls_server_config"]["cert_file"] == "/etc/tls/a.crt"
+    assert list(yaml.safe_load(text)["basic_auth_users"]) == ["dgxspark"]
+
+
 @pytest.mark.parametrize("cert, key, expected", [
     (None, None, None),
     ("", "", None),

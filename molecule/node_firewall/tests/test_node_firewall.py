@@ -182,6 +182,19 @@ def test_docker_requires_the_firewall_and_fails_closed(host):
     assert host.ansible("dgxspark.cluster.nft_table", "", check=False)["matches"]
 
 
+def test_prometheus_requires_the_firewall_and_stops_with_it(host):
+    """Prometheus republishes the engine's metrics: it runs only with the table, as Docker does (issue 49)."""
+    assert "%s.service" % UNIT in host.check_output("systemctl show -p Requires --value prometheus.service").split()
+    assert "%s.service" % UNIT in host.check_output("systemctl show -p After --value prometheus.service").split()
+    host.check_output("systemctl start prometheus.service")
+    try:
+        host.check_output("systemctl stop %s" % UNIT)
+        assert host.run("systemctl is-active prometheus.service").stdout.strip() != "active"
+    finally:
+        host.check_output("systemctl stop prometheus.service; systemctl start docker.service")
+    assert host.check_output("systemctl is-active %s" % UNIT) == "active"
+
+
 def test_docker_does_not_start_when_the_ruleset_cannot_be_loaded(host):
     """As at boot with a broken ruleset file: the unit's load fails, and Docker, which requires it, stays down."""
     saved = host.check_output("cat %s" % RULESET_FILE) + "\n"

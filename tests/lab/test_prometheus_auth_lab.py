@@ -1,0 +1,186 @@
+"""Prometheus behind its password on the lab (issue 49), without serving: on 2 lab nodes with their rail-1 addresses,
+`firewall.yml` then `monitoring.yml` (the 2-node cluster shape of molecule's scenarios; a stand-in API key on the head,
+which Prometheus' engine job reads). Prometheus republished, to every network the inventory allows, the engine's metrics
+that the API key protects at the engine; now:
+
+- from the controller, on the lab's management network (dgxspark_monitoring_allowed_cidrs), Prometheus answers 401
+  without credentials or with a wrong password on every path, 200 with the cluster's password (README's curl line too);
+- a second run changes nothing and restarts nothing (the bcrypt hash stays while the password matches it);
+- the password is 0600 on the controller and on Prometheus' node, and in no play output, argv, journal or the web
+  configuration (which holds only its hash);
+- Prometheus requires the firewall unit: the watch, unable to load the table again, stops Prometheus with it.
+
+    DGXSPARK_LAB_NODES=2 .venv/bin/python -m pytest -m lab tests/lab/test_prometheus_auth_lab.py
+"""
+
+import base64
+import json
+import os
+import re
+import stat
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+import yaml
+
+from ansible_lab import HEAD, REPO, recap, run_playbook
+
+pytestmark = pytest.mark.lab
+
+PORT = 9090
+USER = "dgxspark"
+NODE_PASSWORD = "/etc/dgxspark/secrets/prometheus_password"
+WEB_CONFIG = "/etc/prometheus/dgxspark-web.yml"
+RULESET = "/etc/dgxspark/nftables-dgxspark.nft"
+TWO_NODE_SHAPE = os.path.join(REPO, "molecule", "shared", "group_vars", "all", "20-two-node-cluster.yml")
+# What Prometheus serves besides the query API: each must ask for the password too.
+PATHS = ["/api/v1/query?query=up", "/api/v1/targets", "/federate?match[]=up", "/metrics", "/graph", "/-/ready"]
+
+
+def status(url, password=None):
+    """The HTTP status of GET url, with Prometheus' user and `password` when given."""
+    request = urllib.request.Request(url)
+    if password is not None:
+        token = base64.b64encode(("%s:%s" % (USER, password)).encode()).decode()
+        request.add_header("Authorization", "Basic " + token)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def prometheus_since(host):
+    """When prometheus.service last started (a restart changes it), and its main PID."""
+    return host.check_output("systemctl show prometheus.service -p ActiveEnterTimestampMonotonic -p MainPID")
+
+
+@pytest.fixture(scope="module")
+def shape(tmp_path_factory):
+    """The 2-node cluster shape as a vars file (the lab inventory's model needs four Sparks)."""
+    path = tmp_path_factory.mktemp("promauth") / "shape.json"
+    with open(TWO_NODE_SHAPE, encoding="utf-8") as handle:
+        path.write_text(json.dumps(yaml.safe_load(handle)))
+    return ["-e", "@%s" % path]
+
+
+@pytest.fixture(scope="module")
+def monitored(lab, cluster_rail1, shape):
+    if lab.count != 2:
+        pytest.skip("a 2-node lab test (DGXSPARK_LAB_NODES=2)")
+    head = lab.host(HEAD)
+    # The engine's key as vllm_container writes it (monitoring copies it for Prometheus' engine job); no engine runs.
+    head.check_output("install -d -m 0700 /etc/dgxspark/secrets && (umask 077; test -s /etc/dgxspark/secrets/vllm_api_key"
+                      " || head -c 24 /dev/urandom | base64 > /etc/dgxspark/secrets/vllm_api_key)")
+    with cluster_rail1(lab.nodes):
+        outputs = []
+        for playbook in ("firewall.yml", "monitoring.yml"):
+            rc, out = run_playbook(lab, playbook, *shape, timeout=900)
+            assert rc == 0, out[-4000:]
+            outputs.append(out)
+        password_file = os.path.join(lab.state_dir, "secrets", "prometheus_password")
+        with open(password_file, encoding="utf-8") as handle:
+            password = handle.read().strip()
+        assert len(password) >= 32
+        base = "http://%s:%d" % (lab.mgmt_ip[HEAD], PORT)
+        deadline = time.monotonic() + 60
+        while status(base + "/-/ready", password) != 200:
+            assert time.monotonic() < deadline, "Prometheus is not ready within 60 s"
+            time.sleep(2)
+        yield {"base": base, "password": password, "password_file": password_file, "outputs": outputs, "shape": shape}
+
+
+def test_prometheus_answers_401_without_its_password_and_200_with_it(monitored):
+    base, password = monitored["base"], monitored["password"]
+    for path in PATHS:
+        assert status(base + path) == 401, path
+        assert status(base + path, "not-the-password") == 401, path
+        assert status(base + path, password[:-1]) == 401, path
+        assert status(base + path, password) == 200, path
+    request = urllib.request.Request(base + "/api/v1/query?query=up")
+    request.add_header("Authorization", "Basic " + base64.b64encode(("%s:%s" % (USER, password)).encode()).decode())
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert json.load(response)["status"] == "success"
+
+
+def test_the_readmes_command_queries_prometheus(lab, monitored):
+    """README's curl line (the password read from its file through curl's input, not its argv), run as written with
+    HEAD and the password's file replaced; without the password the same request answers 401."""
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as handle:
+        [line] = re.findall(r"^\$ (curl -s -K- .*)$", handle.read(), re.M)
+    command = line.replace("HEAD", lab.mgmt_ip[HEAD])
+    env = dict(os.environ, PROMETHEUS_PASSWORD_FILE=monitored["password_file"])
+    done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, env=env, timeout=30, check=True)
+    assert json.loads(done.stdout)["status"] == "success", done.stdout
+    without = command.split(" <<< ")[0].replace("-K- ", "-o /dev/null -w '%{http_code}' ")
+    assert subprocess.run(["bash", "-c", without], capture_output=True, text=True, timeout=30, check=False).stdout == "401"
+
+
+def test_the_password_files_are_0600_and_the_web_configuration_holds_only_its_hash(lab, monitored):
+    info = os.stat(monitored["password_file"])
+    assert stat.S_IMODE(info.st_mode) == 0o600 and info.st_uid == os.getuid()
+    head = lab.host(HEAD)
+    copy = head.file(NODE_PASSWORD)
+    assert (copy.user, copy.group, copy.mode) == ("root", "root", 0o600)
+    assert copy.content_string.strip() == monitored["password"]
+    web = head.file(WEB_CONFIG)
+    assert (web.user, web.group, web.mode) == ("root", "prometheus", 0o640)
+    users = yaml.safe_load(web.content_string)["basic_auth_users"]
+    assert list(users) == [USER] and users[USER].startswith("$2b$")
+    assert monitored["password"] not in web.content_string
+    # Prometheus runs only on its node (the head): no worker keeps the password.
+    assert not lab.host("spark-beta").file(NODE_PASSWORD).exists
+
+
+def test_a_second_run_changes_nothing_and_restarts_nothing(lab, monitored):
+    head = lab.host(HEAD)
+    before = (prometheus_since(head), head.file(WEB_CONFIG).content_string)
+    rc, out = run_playbook(lab, "monitoring.yml", *monitored["shape"], timeout=900)
+    monitored["outputs"].append(out)
+    assert rc == 0, out[-4000:]
+    assert all(counts["changed"] == 0 for counts in recap(out).values()), recap(out)
+    assert "RUNNING HANDLER" not in out
+    assert (prometheus_since(head), head.file(WEB_CONFIG).content_string) == before
+
+
+def test_the_password_is_in_no_output_argv_or_journal(lab, monitored):
+    password = monitored["password"]
+    found = ["the output of run %d" % number for number, out in enumerate(monitored["outputs"]) if password in out]
+    for node in lab.nodes:
+        host = lab.host(node)
+        # Searched for here, never passed to a command on the node (its argv would show it).
+        sources = {"ps": host.check_output("ps -eww -o args"), "journal": host.check_output("journalctl --no-pager -o cat"),
+                   "/etc/default/prometheus": host.run("cat /etc/default/prometheus").stdout}
+        found += ["%s of %s" % (where, node) for where, text in sources.items() if password in text]
+    assert not found, found
+    # Prometheus reads the web configuration, not the password, from its command line.
+    assert "--web.config.file=%s" % WEB_CONFIG in lab.host(HEAD).check_output("ps -eww -o args")
+
+
+def test_prometheus_stops_with_the_firewall_when_the_table_cannot_come_back(lab, monitored):
+    """Fail closed (issue 49): Prometheus requires the firewall unit as Docker does, so the watch, when it cannot load
+    the table again, stops Prometheus too; starting Prometheus loads the table first."""
+    head = lab.host(HEAD)
+    assert "dgxspark-firewall.service" in head.check_output("systemctl show -p Requires --value prometheus.service").split()
+    saved = head.check_output("cat %s" % RULESET) + "\n"
+    head.check_output("echo 'this is not nftables' >> %s && nft delete table inet dgxspark" % RULESET)
+    try:
+        deadline = time.monotonic() + 60
+        while head.run("systemctl is-active prometheus.service").stdout.strip() == "active":
+            assert time.monotonic() < deadline, "Prometheus still runs 60 s after the table was lost for good"
+            time.sleep(1)
+        assert head.run("systemctl is-active dgxspark-firewall.service").stdout.strip() != "active"
+        journal = head.check_output("journalctl -u dgxspark-firewall-watch.service --no-pager -n 20")
+        assert "cannot be loaded; stopping dgxspark-firewall.service and Docker and Prometheus with it" in journal
+    finally:
+        head.check_output("cat > %s <<'RULESET'\n%sRULESET" % (RULESET, saved))
+        head.check_output("systemctl reset-failed dgxspark-firewall.service; systemctl start docker.service prometheus.service")
+    assert head.run("nft list table inet dgxspark").rc == 0
+    deadline = time.monotonic() + 60
+    while status(monitored["base"] + "/-/ready", monitored["password"]) != 200:
+        assert time.monotonic() < deadline, "Prometheus is not back within 60 s"
+        time.sleep(2)
+    assert status(monitored["base"] + "/api/v1/query?query=up") == 401
