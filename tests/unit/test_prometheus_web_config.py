@@ -57,7 +57,7 @@ def test_the_hash_is_kept_only_while_the_password_matches_it(existing, user, reu
 
 
 def test_a_second_run_writes_the_same_text():
-    first, _ = pwc.web_config("dgxspark", PASSWORD, "")
+    first = pwc.web_config("dgxspark", PASSWORD, "")[0]
     text = pwc.web_config_text(first)
     second, reused = pwc.web_config("dgxspark", PASSWORD, text)
     assert reused and pwc.web_config_text(second) == text
@@ -69,8 +69,8 @@ class TaggedStr(str):
 
 
 def test_templated_arguments_are_written_as_plain_strings():
-    config, _ = pwc.web_config(TaggedStr("dgxspark"), TaggedStr(PASSWORD), "", TaggedStr("/etc/tls/a.crt"),
-                               TaggedStr("/etc/tls/a.key"))
+    config = pwc.web_config(TaggedStr("dgxspark"), TaggedStr(PASSWORD), "", TaggedStr("/etc/tls/a.crt"),
+                            TaggedStr("/etc/tls/a.key"))[0]
     text = pwc.web_config_text(config)
     assert "!!python" not in text and yaml.safe_load(text)["tls_server_config"]["cert_file"] == "/etc/tls/a.crt"
     assert list(yaml.safe_load(text)["basic_auth_users"]) == ["dgxspark"]
@@ -83,7 +83,7 @@ def test_templated_arguments_are_written_as_plain_strings():
      {"cert_file": "/etc/dgxspark/tls/api.crt", "key_file": "/etc/dgxspark/tls/api.key"}),
 ])
 def test_tls_server_files_when_given(cert, key, expected):
-    config, _ = pwc.web_config("dgxspark", PASSWORD, "", cert, key)
+    config = pwc.web_config("dgxspark", PASSWORD, "", cert, key)[0]
     assert config.get("tls_server_config") == expected
 
 
@@ -113,7 +113,7 @@ def test_bad_inputs_say_what_is_wrong_without_the_password(user, password, cert,
 
 
 def test_a_password_of_72_bytes_is_taken():
-    config, _ = pwc.web_config("dgxspark", "x" * 72, "")
+    config = pwc.web_config("dgxspark", "x" * 72, "")[0]
     assert bcrypt.checkpw(b"x" * 72, config["basic_auth_users"]["dgxspark"].encode())
 
 
@@ -136,7 +136,7 @@ def test_promtool_accepts_the_text(tmp_path, tls):
     if tls and not shutil.which("openssl"):
         pytest.skip("openssl is missing")
     cert, key = self_signed(tmp_path) if tls else ("", "")
-    config, _ = pwc.web_config("dgxspark", PASSWORD, "", cert, key)
+    config = pwc.web_config("dgxspark", PASSWORD, "", cert, key)[0]
     path = tmp_path / "web.yml"
     path.write_text(pwc.web_config_text(config))
     checked = subprocess.run([PROMTOOL, "check", "web-config", str(path)], capture_output=True, text=True, check=False)
