@@ -21,7 +21,7 @@ from ansible_collections.dgxspark.cluster.plugins.plugin_utils.inventory_schema 
 )
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils.profile_schema import site_patches
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils.secrets_dir import controller_secrets_dir, secrets_dir_problem
-from ansible_collections.dgxspark.cluster.plugins.plugin_utils import role_inputs, role_networks
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils import api_tls, role_inputs, role_networks
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils import serving_command
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils.inventory_names import (
     known_names,
@@ -137,6 +137,20 @@ class ActionModule(ActionBase):
             if host_vars.get(name):
                 return host_vars[name]
         return controller_secrets_dir(host_vars['inventory_dir']) if host_vars.get('inventory_dir') else '~/.config/dgxspark'
+
+    def _api_tls(self, hostvars, plan, task_vars):
+        """(the plan's api.tls, problems) from dgxspark_api_tls and its files: checked (files) or made once (generated)
+        for the address clients call, the head's name and rail addresses, the loopback and dgxspark_api_tls_names."""
+        head, heads = plan['head'], [plan['head']]
+        settings = dict((name, self._head_value(hostvars, heads, task_vars, 'dgxspark_api_tls_' + name) if name != 'mode'
+                         else self._head_value(hostvars, heads, task_vars, 'dgxspark_api_tls'))
+                        for name in ('mode', 'cert_file', 'key_file', 'ca_file', 'names'))
+        extra = settings['names'] or []
+        if not isinstance(extra, list):
+            return None, ['dgxspark_api_tls_names must be a list of DNS names or addresses, got %r' % (extra,)]
+        rails = list(plan['nodes'][0]['rail_addresses'].values())
+        names = api_tls.client_names(plan['api']['host'], head, rails, extra)
+        return api_tls.plan_tls(settings, plan['api']['host'], names, self._key_dir(hostvars, head), head)
 
     def _secrets_dir_problems(self, hostvars, heads):
         """The refusal for secrets still kept only in the directory shared by the inventory directory's name (the
@@ -276,6 +290,10 @@ class ActionModule(ActionBase):
             # The backend and its rendezvous as the plan resolved them (inventory, overrides, defaults).
             problems.extend(role_inputs.backend_problems(role_values, plan['executor_backend']))
             problems.extend(role_networks.rendezvous_port_problems(role_values, plan['mp_master'], port_defaults(specs)[1]))
+            plan['api'] = role_networks.api_endpoint(plan['head'], role_values.get(plan['head'], {}), plan['hf_repo'],
+                                                     port_defaults(specs)[1]['vllm_container_port'], self._key_dir(hostvars, plan['head']))
+            plan['api']['tls'], tls_problems = self._api_tls(hostvars, plan, task_vars)
+            problems.extend(tls_problems)
         problems.extend(self._secrets_dir_problems(hostvars, plan_groups['head']))
         if not presets and any(p.startswith('dgxspark_model_profile is not set') for p in problems):
             notes = notes + ['The model may come from the playbook you will run: plan with its presets, '
@@ -296,6 +314,7 @@ class ActionModule(ActionBase):
         input_problems.extend(role_inputs.format_problems(inputs))
         if not input_problems:
             try:
+                plan['api'] = role_networks.api_with_tls(plan['api'], plan['api']['tls'], inputs[head].get('vllm_container_host'))
                 plan['containers'] = serving_command.serving_containers(plan, inputs)
                 plan['node_env'] = serving_command.planned_node_env(plan)
             except serving_command.ServingCommandError as exc:
@@ -310,11 +329,10 @@ class ActionModule(ActionBase):
         # The image the head serves with, which the distribution spreads and preflight and diagnose read.
         plan['serving']['image'] = plan['containers'][head]['vllm']['image']
         plan['node_os'] = role_inputs.node_os_settings(role_values.get(head, {}), specs)
-        plan['api'] = role_networks.api_endpoint(head, role_values.get(head, {}), plan['hf_repo'],
-                                                 port_defaults(specs)[1]['vllm_container_port'], self._key_dir(hostvars, head))
         plan['warnings'] = role_inputs.input_warnings(
             plan['variables'], network_warnings + role_networks.api_reach_warnings(role_values, head)
             + role_networks.monitoring_reach_warnings(role_values, head))
         result['plan'] = plan
-        result['table'] = render_plan_table(plan, inventory_sources(task_vars)) + serving_command.command_lines(plan['containers'])
+        result['table'] = (render_plan_table(plan, inventory_sources(task_vars)) + api_tls.table_lines(plan['api'])
+                           + serving_command.command_lines(plan['containers']))
         return result

@@ -62,7 +62,7 @@ class ActionModule(ActionBase):
             'http_timeout': args['http_timeout'],
             'log_tail': FIRST_TAIL,
         }
-        for optional in ('api_key_file', 'docker_path'):
+        for optional in ('api_key_file', 'docker_path', 'ca_file', 'server_name'):
             if args[optional]:
                 probe_args[optional] = args[optional]
         if rendezvous:

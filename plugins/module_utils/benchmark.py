@@ -18,8 +18,9 @@ import json
 import threading
 import time
 
-import http.client as http_client
 from urllib.parse import urlsplit
+
+from ansible_collections.dgxspark.cluster.plugins.module_utils.api_tls import connection
 
 COLUMNS = ('concurrency', 'requests', 'errors', 'ttft_ms_median', 'ttft_ms_p99', 'itl_ms_median',
            'per_user_tok_s_median', 'per_user_tok_s_min', 'total_tok_s', 'wall_s')
@@ -181,8 +182,9 @@ def request_body(model, prompt_tokens, output_tokens, seq):
             'ignore_eos': True, 'temperature': 0, 'stream': True, 'stream_options': {'include_usage': True}}
 
 
-def stream_request(url, api_key, body, timeout):
-    """Send one streaming request; its record (see request_record). The key travels in a header only."""
+def stream_request(url, api_key, body, timeout, tls=None):
+    """Send one streaming request; its record (see request_record). The key travels in a header only. tls: {ca_file,
+    server_name} of an https url (api_tls.connection)."""
     headers = {'content-type': 'application/json', 'accept': 'text/event-stream'}
     if api_key:
         headers['authorization'] = 'Bearer %s' % api_key
@@ -190,9 +192,8 @@ def stream_request(url, api_key, body, timeout):
     lines, stamps = [], []
     # A plain HTTP(S) connection: no per-request opener or proxy lookup whose cost would be counted as TTFT.
     parts = urlsplit(url)
-    conn_class = http_client.HTTPSConnection if parts.scheme == 'https' else http_client.HTTPConnection
     try:
-        conn = conn_class(parts.hostname, parts.port, timeout=timeout)
+        conn = connection(url, timeout, **(tls or {}))
         try:
             conn.request('POST', parts.path, body=json.dumps(body), headers=headers)
             resp = conn.getresponse()
@@ -209,15 +210,16 @@ def stream_request(url, api_key, body, timeout):
     return parse_sse_lines(lines, t0, lambda i: stamps[i])
 
 
-def run_level(url, api_key, model, concurrency, prompt_tokens, output_tokens, requests_per_user, timeout, seq0=0):
-    """concurrency users, each sending requests_per_user requests back to back; (records, wall seconds)."""
+def run_level(url, api_key, model, concurrency, prompt_tokens, output_tokens, requests_per_user, timeout, seq0=0, tls=None):
+    """concurrency users, each sending requests_per_user requests back to back; (records, wall seconds). tls: see
+    stream_request."""
     records = []
     lock = threading.Lock()
 
     def user(uid):
         for k in range(requests_per_user):
             rec = stream_request(url, api_key, request_body(model, prompt_tokens, output_tokens,
-                                                            seq0 + uid * requests_per_user + k), timeout)
+                                                            seq0 + uid * requests_per_user + k), timeout, tls=tls)
             with lock:
                 records.append(rec)
 

@@ -24,9 +24,14 @@ description:
   - Runs on the controller (C(delegate_to=localhost)); it only reads the server.
 options:
   url:
-    description: The endpoint's base URL, e.g. V(http://spark-alpha:8000/v1).
+    description: The endpoint's base URL, e.g. V(http://spark-alpha:8000/v1) (V(https://) when the API serves TLS).
     type: str
     required: true
+  ca_file:
+    description:
+      - A PEM file of the CA that signed the API's certificate (the plan's C(api.tls.controller.ca_file)); default the
+        system's trust store. HTTPS only.
+    type: path
   model:
     description: The served model name.
     type: str
@@ -158,6 +163,7 @@ def main():
             model=dict(type='str', required=True),
             api_key_file=dict(type='path', default=''),
             api_key=dict(type='str', default='', no_log=True),
+            ca_file=dict(type='path'),
             concurrency=dict(type='list', elements='int', default=[1, 2, 4, 8, 16, 32, 64]),
             prompt_tokens=dict(type='int', default=512, no_log=False),
             output_tokens=dict(type='int', default=128, no_log=False),
@@ -194,7 +200,7 @@ def main():
     seq = 0
     for level in p['concurrency']:
         records, wall = run_level(url, key, p['model'], level, p['prompt_tokens'], p['output_tokens'],
-                                  p['requests_per_user'], p['timeout'], seq0=seq)
+                                  p['requests_per_user'], p['timeout'], seq0=seq, tls={'ca_file': p['ca_file']})
         seq += level * p['requests_per_user']
         rows.append(summarize_level(level, records, wall))
     share = roofline_share(rows, p['roofline_tok_s'])

@@ -40,6 +40,15 @@ options:
   url:
     description:
       - Base URL of the vLLM OpenAI API as seen from the node, for example C(http://127.0.0.1:8000). Without it no HTTP check runs.
+      - With C(https://) the server's certificate is verified against O(ca_file) (else the system's trust store) for O(server_name).
+    type: str
+  ca_file:
+    description: A PEM file on the node of the CA that signed the API's certificate (the plan's C(api.tls.ca_file)); HTTPS only.
+    type: path
+  server_name:
+    description:
+      - The name the API's certificate must hold (the plan's C(api.tls.server_name)), checked whatever host O(url) connects to;
+        default the host of O(url). HTTPS only.
     type: str
   api_key_file:
     description:
@@ -259,11 +268,12 @@ import os
 import socket
 from http.client import HTTPException
 from urllib.error import HTTPError, URLError
-from urllib.request import ProxyHandler, Request, build_opener
+from urllib.request import Request
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_text
 
+from ansible_collections.dgxspark.cluster.plugins.module_utils.api_tls import opener as api_opener
 from ansible_collections.dgxspark.cluster.plugins.module_utils.benchmark import request_body, stream_request
 from ansible_collections.dgxspark.cluster.plugins.module_utils.rendezvous import RendezvousError, rendezvous_view
 from ansible_collections.dgxspark.cluster.plugins.module_utils.vllm_progress import (
@@ -288,8 +298,9 @@ MAX_BODY = 1024 * 1024
 SOCKET_TABLES = ('/proc/net/tcp', '/proc/net/tcp6')
 
 
-def http_request(url, timeout, key=None, payload=None):
-    """(status, body text, error text): an HTTP error status is an answer; no answer gives status None."""
+def http_request(url, timeout, key=None, payload=None, tls=None):
+    """(status, body text, error text): an HTTP error status is an answer; no answer gives status None. tls: {ca_file,
+    server_name} of an https url."""
     headers = {'Accept': 'application/json'}
     if key:
         headers['Authorization'] = 'Bearer %s' % key
@@ -298,7 +309,7 @@ def http_request(url, timeout, key=None, payload=None):
         data = json.dumps(payload).encode('utf-8')
         headers['Content-Type'] = 'application/json'
     request = Request(url, data=data, headers=headers)
-    opener = build_opener(ProxyHandler({}))
+    opener = api_opener(**(tls or {}))
     try:
         response = opener.open(request, timeout=timeout)
         try:
@@ -324,13 +335,14 @@ def check_api(module, key):
     params = module.params
     base = params['url'].rstrip('/')
     timeout = params['http_timeout']
+    tls = {'ca_file': params['ca_file'], 'server_name': params['server_name']}
     out = {'health': None, 'models': None, 'models_status': None, 'models_error': None, 'unauthorized_status': None, 'chat': None,
            'speed': None}
-    status, body, error = http_request(base + '/health', timeout)
+    status, body, error = http_request(base + '/health', timeout, tls=tls)
     out['health'] = {'status': status, 'error': error if status != 200 else None}
     if status is None:
         return out
-    status, body, error = http_request(base + '/v1/models', timeout, key=key)
+    status, body, error = http_request(base + '/v1/models', timeout, key=key, tls=tls)
     out['models_status'] = status
     if status == 200:
         try:
@@ -340,7 +352,7 @@ def check_api(module, key):
     else:
         out['models_error'] = error
     if params['check_unauthorized']:
-        out['unauthorized_status'] = http_request(base + '/v1/models', timeout)[0]
+        out['unauthorized_status'] = http_request(base + '/v1/models', timeout, tls=tls)[0]
     if params['chat'] and out['health']['status'] == 200:
         model = params['served_model_name'] or (out['models'] or [None])[0]
         if not model:
@@ -349,7 +361,7 @@ def check_api(module, key):
             return out
         payload = {'model': model, 'messages': [{'role': 'user', 'content': params['chat_prompt']}],
                    'max_tokens': params['chat_max_tokens'], 'temperature': 0}
-        status, body, error = http_request(base + '/v1/chat/completions', timeout, key=key, payload=payload)
+        status, body, error = http_request(base + '/v1/chat/completions', timeout, key=key, payload=payload, tls=tls)
         chat = {'status': status, 'content': None, 'finish_reason': None, 'completion_tokens': None, 'error': error}
         if status == 200:
             try:
@@ -360,7 +372,8 @@ def check_api(module, key):
                 chat['error'] = str(exc)
         out['chat'] = chat
         if params['speed_tokens'] and status == 200 and not chat['error']:
-            record = stream_request(base + '/v1/completions', key, request_body(model, 16, params['speed_tokens'], 0), timeout)
+            record = stream_request(base + '/v1/completions', key, request_body(model, 16, params['speed_tokens'], 0), timeout,
+                                    tls=tls)
             out['speed'] = {'output_tokens': record['output_tokens'], 'error': record['error'],
                             'tokens_per_s': round(record['per_user_tok_s'], 2) if record['per_user_tok_s'] else None,
                             'ttft_s': round(record['ttft_s'], 3) if record['ttft_s'] is not None else None}
@@ -417,6 +430,8 @@ def main():
             log_since=dict(type='str'),
             log_tail=dict(type='int', default=40),
             url=dict(type='str'),
+            ca_file=dict(type='path'),
+            server_name=dict(type='str'),
             api_key_file=dict(type='path', no_log=True),
             served_model_name=dict(type='str'),
             chat=dict(type='bool', default=False),

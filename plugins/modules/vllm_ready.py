@@ -32,9 +32,15 @@ options:
     type: str
     required: true
   url:
-    description: Base URL of the vLLM OpenAI API as seen from the host.
+    description: Base URL of the vLLM OpenAI API as seen from the host (the plan's C(api.local_url)); V(https://) with TLS.
     type: str
     default: http://127.0.0.1:8000
+  ca_file:
+    description: A PEM file on the host of the CA that signed the API's certificate (the plan's C(api.tls.ca_file)); HTTPS only.
+    type: path
+  server_name:
+    description: The name the API's certificate must hold (the plan's C(api.tls.server_name)); default the host of O(url).
+    type: str
   api_key_file:
     description:
       - A file on the host holding the API key vLLM was started with (see M(dgxspark.cluster.serving_probe)). The key never reaches the

@@ -59,6 +59,18 @@ def _job(name, targets, **extra):
     return job
 
 
+def engine_tls(plan):
+    """The engine job's scheme and tls_config when the API serves TLS (the plan's api.tls): the CA every node holds (none:
+    the system's trust store) and the name the certificate is for, as Prometheus scrapes the head's rail-1 address."""
+    tls = (plan.get('api') or {}).get('tls') or {}
+    if not tls.get('enabled'):
+        return {}
+    config = {'server_name': tls['server_name'], 'insecure_skip_verify': False}
+    if tls.get('ca_file'):
+        config['ca_file'] = tls['ca_file']
+    return {'scheme': 'https', 'tls_config': config}
+
+
 def prometheus_config(plan, settings):
     """prometheus.yml as data. settings: scrape_interval_s, evaluation_interval_s, node_exporter_port, vllm_port,
     ray_metrics_port, scrape_ray (bool: Ray's metrics, when the plan's executor backend is Ray), api_key_file, rules_files
@@ -69,7 +81,7 @@ def prometheus_config(plan, settings):
     jobs = [
         _job('node', [(n['host'], '%s:%d' % (addresses[n['host']], node_port)) for n in nodes]),
         _job('vllm', [(head, '%s:%d' % (addresses[head], _port(settings, 'vllm_port')))],
-             authorization={'type': 'Bearer', 'credentials_file': settings['api_key_file']}),
+             authorization={'type': 'Bearer', 'credentials_file': settings['api_key_file']}, **engine_tls(plan)),
     ]
     ray_nodes = [n['host'] for n in nodes if 'ray' in n['runs']]  # none with vLLM's own multi-node backend (mp)
     if settings.get('scrape_ray') and ray_nodes:

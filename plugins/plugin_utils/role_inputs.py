@@ -72,6 +72,10 @@ PLANNED_OPTIONS = {
     'served_model_name': 'vllm_container_served_model_name',
     'host': 'vllm_container_host',
     'port': 'vllm_container_port',
+    # TLS follows dgxspark_api_tls, so that the probes, the supervisor and Prometheus speak what vLLM serves
+    'ssl_certfile': 'dgxspark_api_tls (files or generated)',
+    'ssl_keyfile': 'dgxspark_api_tls (files or generated)',
+    'ssl_ca_certs': 'dgxspark_api_tls (files or generated)',
 }
 # Environment variables the plan gives every serving container: set in an extra environment they would override it on
 # that node only. The maps of the NCCL test and of the download are the user's own (no serving process reads them).

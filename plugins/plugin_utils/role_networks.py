@@ -277,6 +277,15 @@ def api_endpoint(head, head_values, hf_repo, port_default, key_dir):
     }
 
 
+def api_with_tls(api, tls, bind_host):
+    """The endpoint with its TLS (api_tls.plan_tls): the scheme of the url clients call, and local_url, where the probes
+    on the head reach the API (127.0.0.1 unless vLLM binds one address, vllm_container_host)."""
+    scheme = 'https' if (tls or {}).get('enabled') else 'http'
+    local = '127.0.0.1' if str(bind_host or '') in ('0.0.0.0', '', '::') else str(bind_host)
+    return dict(api, tls=tls, scheme=scheme, url='%s://%s:%s/v1' % (scheme, api['host'], api['port']),
+                local_url='%s://%s:%s' % (scheme, local, api['port']))
+
+
 def api_reach_warnings(values_by_host, head):
     """The API networks the head's firewall lets in: none means that only the nodes and the rails reach the API, so the
     curl line the deploy prints and benchmark.yml from the controller would be dropped."""

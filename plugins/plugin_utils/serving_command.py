@@ -19,6 +19,7 @@ import json
 import shlex
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils.nccl_env import NODE_VALUE, NON_CARRY_OVER_KEY, planned_nccl_env
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.api_tls import TLS_DIR
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils.profile_schema import patch_container_env
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils.ray_start import ray_start_argv
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils.vllm_args import executor, vllm_argv
@@ -28,6 +29,7 @@ PATHS = {
     'secrets_dir': '/etc/dgxspark/secrets',
     'python_dir': '/etc/dgxspark/python',
     'patches_dir': '/etc/dgxspark/patches',
+    'tls_dir': TLS_DIR,
 }
 API_KEY_IN_CONTAINER = '/run/secrets/dgxspark/vllm_api_key'
 HF_TOKEN_IN_CONTAINER = '/run/secrets/dgxspark/hf_token'
@@ -167,6 +169,9 @@ def vllm_container(plan, host, inputs):
         'kv_cache_dtype': plan['kv_cache_dtype'], 'enable_expert_parallel': plan['enable_expert_parallel'],
         'served_model_name': [served], 'host': inputs['vllm_container_host'], 'port': inputs['vllm_container_port'],
     })
+    tls = ((plan.get('api') or {}).get('tls') or {}) if head else {}
+    if tls.get('enabled'):  # paths only: the key's content stays in its 0600 file, mounted read-only
+        options.update({'ssl_certfile': tls['cert_in_container'], 'ssl_keyfile': tls['key_in_container']})
     executor_options, executor_env = executor(plan, host)
     options.update(executor_options)
     options.update(_mapping(inputs, 'vllm_container_site_args'))
@@ -186,6 +191,8 @@ def vllm_container(plan, host, inputs):
     volumes = node_serving_volumes(plan, host, inputs)
     if head:
         volumes.append('%s/vllm_api_key:%s:ro' % (PATHS['secrets_dir'], API_KEY_IN_CONTAINER))
+    if tls.get('enabled'):
+        volumes += ['%s:%s:ro' % (tls['cert_file'], tls['cert_in_container']), '%s:%s:ro' % (tls['key_file'], tls['key_in_container'])]
     volumes.append('%s:%s:ro' % (PATHS['python_dir'], PYTHON_IN_CONTAINER))
     if hf_token:
         volumes.append('%s/hf_token:%s:ro' % (PATHS['secrets_dir'], HF_TOKEN_IN_CONTAINER))

@@ -373,8 +373,12 @@ def call_lines(api):
     if not api:
         return []
     key = '<vllm_container_api_key>' if api.get('api_key_given') else '$(cat %s)' % api['api_key_file']
+    tls = api.get('tls') or {}
+    # a CA of the cluster's (generated, or the user's own) is named; a public CA's certificate needs nothing
+    cacert = '--cacert %s ' % tls['controller']['ca_file'] if tls.get('enabled') and tls.get('ca_file') else ''
     return [
         'Endpoint: %s serving %s' % (api['url'], api['served_model_name']),
-        '  curl -s %s/chat/completions -H "Authorization: Bearer %s" -H \'Content-Type: application/json\' \\' % (api['url'], key),
+        '  curl -s %s%s/chat/completions -H "Authorization: Bearer %s" -H \'Content-Type: application/json\' \\' % (
+            cacert, api['url'], key),
         '    -d \'{"model": "%s", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 64}\'' % api['served_model_name'],
     ]

@@ -14,8 +14,11 @@ whole: stop (the engine first), wait for memory, start in order (ranks, then the
 <state_dir>/report.json, is what status.yml shows.
 """
 
+import functools
+import http.client
 import json
 import os
+import ssl
 import subprocess
 import sys
 import threading
@@ -42,6 +45,35 @@ def load_config(path):
     return config
 
 
+class _NamedHTTPSConnection(http.client.HTTPSConnection):
+    """HTTPS that checks the certificate for the plan's server name, though it connects to 127.0.0.1."""
+
+    def __init__(self, host, server_name=None, **kwargs):
+        super().__init__(host, **kwargs)
+        self._server_name = server_name
+
+    def connect(self):
+        http.client.HTTPConnection.connect(self)  # pylint: disable=non-parent-method-called  # TCP only; TLS below
+        self.sock = self._context.wrap_socket(self.sock, server_hostname=self._server_name or self.host)
+
+
+class _NamedHTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, tls):
+        self._tls_context = ssl.create_default_context(cafile=tls.get("ca_file") or None)
+        self._server_name = tls.get("server_name")
+        super().__init__(context=self._tls_context)
+
+    def https_open(self, req):
+        return self.do_open(functools.partial(_NamedHTTPSConnection, server_name=self._server_name), req,
+                            context=self._tls_context)
+
+
+def _open(config, request, timeout):
+    """urlopen, verifying the engine's certificate against the plan's CA for its server name when it serves TLS."""
+    handlers = [urllib.request.ProxyHandler({})] + ([_NamedHTTPSHandler(config["tls"])] if config.get("tls") else [])
+    return urllib.request.build_opener(*handlers).open(request, timeout=timeout)
+
+
 def probe(config):
     """{ok, latency_s, error}: one completion of one token, with the key, within the deadline."""
     started = time.time()
@@ -54,7 +86,7 @@ def probe(config):
     request = urllib.request.Request(config["url"].rstrip("/") + "/v1/completions", data=body, method="POST",
                                      headers={"Content-Type": "application/json", "Authorization": "Bearer " + key})
     try:
-        with urllib.request.urlopen(request, timeout=config["deadline_s"]) as response:
+        with _open(config, request, config["deadline_s"]) as response:
             answer = json.loads(response.read().decode("utf-8", "replace"))
         tokens = (answer.get("usage") or {}).get("completion_tokens", 0)
         ok, why = tokens >= 1, "" if tokens >= 1 else "an answer without a token"
@@ -97,7 +129,7 @@ def read_load(config):
             key = handle.read().strip()
         request = urllib.request.Request(config["url"].rstrip("/") + "/metrics", headers={"Authorization": "Bearer " + key})
         # A short timeout: /metrics answers at once from a live server, and a hung one must not delay the probe's count.
-        with urllib.request.urlopen(request, timeout=min(LOAD_TIMEOUT_S, config["deadline_s"])) as response:
+        with _open(config, request, min(LOAD_TIMEOUT_S, config["deadline_s"])) as response:
             return parse_load(response.read().decode("utf-8", "replace"))
     except (urllib.error.URLError, OSError, ValueError):
         return None
