@@ -48,6 +48,23 @@ def test_every_node_the_engine_and_every_rank_are_scraped_over_rail_1_with_their
     assert config["rule_files"] == ["/etc/prometheus/rules/dgxspark_alerts.rules.yml"]
 
 
+@pytest.mark.parametrize("tls, expected", [
+    (None, {}),
+    ({"enabled": False}, {}),
+    ({"enabled": True, "ca_file": "/etc/dgxspark/tls/api-ca.crt", "server_name": "10.0.0.5"},
+     {"scheme": "https", "tls_config": {"ca_file": "/etc/dgxspark/tls/api-ca.crt", "server_name": "10.0.0.5",
+                                        "insecure_skip_verify": False}}),
+    # a public CA's certificate: the system's trust store
+    ({"enabled": True, "ca_file": None, "server_name": "api.example"},
+     {"scheme": "https", "tls_config": {"server_name": "api.example", "insecure_skip_verify": False}}),
+])
+def test_the_engine_is_scraped_as_it_serves_over_https_for_the_name_its_certificate_holds(tls, expected):
+    plan = dict(PLAN, api=dict(PLAN.get("api") or {}, tls=tls))
+    job = dict((job["job_name"], job) for job in prometheus_config(plan, SCRAPE)["scrape_configs"])["vllm"]
+    assert dict((key, job[key]) for key in ("scheme", "tls_config") if key in job) == expected
+    assert job["authorization"]["credentials_file"] == SCRAPE["api_key_file"]
+
+
 @pytest.mark.parametrize("settings, plan", [
     (dict(SCRAPE, scrape_ray=False), PLAN),
     # vLLM's own multi-node backend runs no Ray: nothing to scrape there, whatever scrape_ray says.

@@ -474,3 +474,21 @@ def test_plan_refuses_an_api_key_from_the_docs_without_printing_it():
     assert result.returncode != 0, output
     assert 'vllm_container_api_key (on spark-alpha) is an example key from documentation' in output, output
     assert 'token-abc123' not in output.replace('vllm_container_api_key=token-abc123', '')
+
+
+def test_plan_makes_the_cluster_ca_once_and_refuses_a_users_certificate_for_another_name(tmp_path):
+    secrets = str(tmp_path / 'secrets')
+    first = run_plan('inventories/2node', '-e', 'dgxspark_api_tls=generated', '-e', 'dgxspark_secrets_dir=' + secrets)
+    assert first.returncode == 0, first.stdout + first.stderr
+    ca = os.path.join(secrets, 'api_tls', 'ca.crt')
+    assert 'API: https://spark-2:8000/v1 (TLS generated' in first.stdout and '--cacert %s' % ca in first.stdout
+    assert '--ssl-certfile /run/dgxspark/tls/api.crt' in first.stdout
+    made = dict((name, os.stat(os.path.join(secrets, 'api_tls', name)).st_mtime_ns) for name in os.listdir(os.path.join(secrets, 'api_tls')))
+    assert run_plan('inventories/2node', '-e', 'dgxspark_api_tls=generated', '-e', 'dgxspark_secrets_dir=' + secrets).returncode == 0
+    assert made == dict((name, os.stat(os.path.join(secrets, 'api_tls', name)).st_mtime_ns) for name in made)
+    # that certificate as the user's own, for an address clients do not call
+    refused = run_plan('inventories/2node', '-e', 'dgxspark_api_tls=files', '-e', 'ansible_host=10.9.9.9',
+                       '-e', 'dgxspark_api_tls_cert_file=%s/api_tls/api.crt' % secrets,
+                       '-e', 'dgxspark_api_tls_key_file=%s/api_tls/api.key' % secrets, '-e', 'dgxspark_api_tls_ca_file=' + ca)
+    assert refused.returncode != 0
+    assert 'is not for 10.9.9.9, the address clients call' in refused.stdout, refused.stdout[-3000:]

@@ -183,3 +183,21 @@ def test_every_serving_container_reads_the_one_hash_seed_from_its_file(backend):
     for spec in specs:
         assert spec['env']['DGXSPARK_HASH_SEED_FILE'] == sc.HASH_SEED_IN_CONTAINER and 'PYTHONHASHSEED' not in spec['env']
         assert '/etc/dgxspark/secrets/hash_seed:%s:ro' % sc.HASH_SEED_IN_CONTAINER in spec['volumes'], spec['volumes']
+
+
+def test_with_tls_the_heads_vllm_serves_the_planned_certificate_from_read_only_mounts():
+    plan = plan_of('ray')
+    plan['api'] = {'tls': {'enabled': True, 'cert_file': '/etc/dgxspark/tls/api.crt', 'key_file': '/etc/dgxspark/secrets/api_tls_key',
+                           'cert_in_container': '/run/dgxspark/tls/api.crt', 'key_in_container': '/run/secrets/dgxspark/api_tls_key'}}
+    found = containers(plan)
+    spec = found['spark-alpha']['vllm']
+    argv = spec['argv']
+    assert argv[argv.index('--ssl-certfile') + 1] == '/run/dgxspark/tls/api.crt'
+    assert argv[argv.index('--ssl-keyfile') + 1] == '/run/secrets/dgxspark/api_tls_key'
+    assert {'/etc/dgxspark/tls/api.crt:/run/dgxspark/tls/api.crt:ro',
+            '/etc/dgxspark/secrets/api_tls_key:/run/secrets/dgxspark/api_tls_key:ro'} <= set(spec['volumes'])
+    # the other ranks serve no API; and with TLS off nothing of it anywhere
+    assert not any('ssl' in word for word in ' '.join(found['spark-beta']['ray']['argv']).split())
+    plan['api']['tls'] = {'enabled': False}
+    off = containers(plan)['spark-alpha']['vllm']
+    assert '--ssl-certfile' not in off['argv'] and not any('api_tls' in volume for volume in off['volumes'])

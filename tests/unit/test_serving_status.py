@@ -109,6 +109,22 @@ def test_a_healthy_cluster_says_where_it_serves_and_how_to_call_it(api, key):
     ]
 
 
+TLS = {'enabled': True, 'ca_file': '/etc/dgxspark/tls/api-ca.crt', 'controller': {'ca_file': '/root/.config/dgxspark/m/api_tls/ca.crt'}}
+
+
+@pytest.mark.parametrize('tls, curl', [
+    (TLS, 'curl -s --cacert /root/.config/dgxspark/m/api_tls/ca.crt https://10.20.0.11:8000/v1/chat/completions'),
+    # a public CA: curl trusts it already
+    (dict(TLS, ca_file=None, controller={'ca_file': None}), 'curl -s https://10.20.0.11:8000/v1/chat/completions'),
+])
+def test_with_tls_the_call_line_is_https_and_names_the_ca_to_trust(tls, curl):
+    arguments = healthy()
+    arguments['plan'] = dict(plan(), api=dict(API, url='https://10.20.0.11:8000/v1', tls=tls))
+    call = build_serving_status(**arguments)['call']
+    assert call[0] == 'Endpoint: https://10.20.0.11:8000/v1 serving qwen3'
+    assert call[1].startswith('  ' + curl + ' -H "Authorization: Bearer $(cat '), call
+
+
 def test_an_unhealthy_cluster_gives_no_call_line():
     arguments = healthy()
     arguments['plan'] = dict(plan(), api=API)

@@ -451,3 +451,25 @@ def test_a_busy_engine_whose_probe_times_out_is_left_alone_while_tokens_come(gro
         assert group.state["failures"] == 0 and "busy, not hung" in group.state["reason"] and acts(group) == []
     finally:
         _Engine.metrics = None
+
+
+def test_probe_over_tls_verifies_the_planned_ca_for_the_planned_name(tmp_path, key_file):
+    """The engine serves a certificate for the address clients call, not 127.0.0.1: the probe checks that name."""
+    import ssl
+    from ansible_collections.dgxspark.cluster.plugins.plugin_utils import api_tls
+    files = api_tls.generated_files(str(tmp_path / "tls"), ["10.0.0.5"], "lab")
+    other = api_tls.generated_files(str(tmp_path / "other"), ["10.0.0.5"], "other")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Engine)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(files["cert_file"], files["key_file"])
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    _Engine.mode = "ok"
+    config = {"url": "https://127.0.0.1:%d" % server.server_address[1], "api_key_file": key_file, "model": "m", "deadline_s": 2}
+    try:
+        assert service.probe(dict(config, tls={"ca_file": files["ca_file"], "server_name": "10.0.0.5"}))["ok"]
+        for tls in ({"ca_file": other["ca_file"], "server_name": "10.0.0.5"}, {"ca_file": files["ca_file"], "server_name": None}):
+            result = service.probe(dict(config, tls=tls))
+            assert not result["ok"] and "CERTIFICATE_VERIFY_FAILED" in result["error"], (tls, result)
+    finally:
+        server.shutdown()
