@@ -58,6 +58,9 @@ def supervisor_config(plan, settings):
              if not (node['host'] == plan['head'] and kind == 'vllm')]
     group.append({'node': plan['head'], 'container': settings['engine_container'], 'engine': True})
     config = dict((key, settings[key]) for key in ('url', 'api_key_file', 'model', 'state_dir', 'node_ctl', 'ssh'))
+    # With TLS (the plan's api.tls) the probe verifies the engine's certificate: the CA (None: the system's) and its name.
+    tls = (plan.get('api') or {}).get('tls') or {}
+    config['tls'] = {'ca_file': tls['ca_file'], 'server_name': tls['server_name']} if tls.get('enabled') else None
     for key in ('interval_s', 'deadline_s', 'failures_to_restart', 'grace_s', 'stall_s', 'frozen_s', 'budget_restarts',
                 'budget_window_s', 'memory_wait_s', 'crash_budget_restarts', 'crash_backoff_s', 'crash_backoff_max_s'):
         try:

@@ -92,3 +92,15 @@ def test_with_mp_the_group_is_the_headless_ranks_then_rank_0_and_the_core_accept
 def test_with_mp_the_node_command_touches_the_node_s_vllm_rank_only(host):
     settings = dict(SETTINGS, meminfo="/proc/meminfo", stop_timeout_s="30")
     assert node_ctl_config(host, MP_PLAN, settings)["containers"] == ["dgxspark-vllm"]
+
+
+@pytest.mark.parametrize("tls, expected", [
+    (None, None),
+    ({"enabled": False, "ca_file": None, "server_name": None}, None),
+    ({"enabled": True, "ca_file": "/etc/dgxspark/tls/api-ca.crt", "server_name": "10.0.0.5"},
+     {"ca_file": "/etc/dgxspark/tls/api-ca.crt", "server_name": "10.0.0.5"}),
+])
+def test_with_tls_the_probe_verifies_the_plan_s_ca_for_its_server_name(tls, expected):
+    plan = dict(PLAN, api=dict(PLAN.get("api") or {}, tls=tls))
+    config = supervisor_config(plan, dict(SETTINGS, url="https://127.0.0.1:8000"))
+    assert config["tls"] == expected and core.check_config(config) == []
