@@ -688,8 +688,7 @@ def vllm_ready_argument_spec():
     return dict(
         container=dict(type='str', required=True),
         url=dict(type='str', default='http://127.0.0.1:8000'),
-        ca_file=dict(type='path'),
-        server_name=dict(type='str'),
+        ca_file=dict(type='path'), server_name=dict(type='str'),
         api_key_file=dict(type='path', no_log=True),
         served_model_name=dict(type='str', required=True),
         chat=dict(type='bool', default=True),

@@ -6,7 +6,8 @@ with them, and everything that calls the API follows the plan's api.tls:
 - plain http on the API port gets no HTTP answer, and https without the cluster's CA is refused by the client;
 - status.yml is healthy (its probe on 127.0.0.1 checks the certificate for the head's address) and prints the same line;
 - the supervisor's probe passes; Prometheus scrapes the engine over https, and its target is up;
-- the key is 0600 root on the head, and its content is in no output, `docker inspect`, container log or journal.
+- the key is 0600 root on the head, and its content is in no output, `docker inspect`, container log or journal;
+- a second deploy reuses the CA and the certificate and changes nothing.
 
     DGXSPARK_LAB_NODES=2 .venv/bin/python -m pytest -m lab tests/lab/test_api_tls_lab.py
 """
@@ -23,14 +24,14 @@ import urllib.request
 import pytest
 import yaml
 
-from ansible_lab import REPO, VLLM, extra_vars, playbook_ok, run_playbook, says_healthy, serving_lab
+from ansible_lab import REPO, VLLM, changed_tasks, extra_vars, playbook_ok, recap, run_playbook, says_healthy, serving_lab
 
 pytestmark = pytest.mark.lab
 
 HEAD = "spark-alpha"
 API_PORT = 8000
 TWO_NODE_VARS_FILE = os.path.join(REPO, "molecule", "shared", "group_vars", "all", "20-two-node-cluster.yml")
-CURL = re.compile(r'(curl -s --cacert (\S+) (https://\S+)/chat/completions -H "Authorization: Bearer \$\(cat \S+\)") \\')
+CURL = re.compile(r'(curl -s --cacert (\S+) (https://\S+)/chat/completions -H "Authorization: Bearer \$\(cat \S+\)")')
 
 
 def tls_args():
@@ -77,7 +78,7 @@ def test_plain_http_gets_no_answer_and_https_without_the_ca_is_refused(lab, depl
 
 
 def test_status_is_healthy_over_https_and_prints_the_same_call(lab, deployed):
-    rc, out = run_playbook(lab, "status.yml", timeout=600)
+    rc, out = run_playbook(lab, "status.yml", *tls_args(), timeout=600)
     assert rc == 0 and says_healthy(out), out[-4000:]
     assert CURL.search(out), out[-3000:]
 
@@ -118,3 +119,10 @@ def test_the_key_is_private_on_the_head_and_in_no_output_inspect_log_or_journal(
               "the journal": head.run("journalctl --no-pager -q 2>/dev/null | tail -n 20000").stdout}
     for where, text in places.items():
         assert not any(line in text for line in body), where
+
+
+def test_a_second_deploy_reuses_the_certificate_and_changes_nothing(lab, deployed):
+    before = dict((name, os.stat(os.path.join(deployed["tls_dir"], name)).st_mtime_ns) for name in os.listdir(deployed["tls_dir"]))
+    out = playbook_ok(lab, "deploy.yml", *tls_args())
+    assert all(counts["changed"] == 0 for counts in recap(out).values()), changed_tasks(out)
+    assert before == dict((name, os.stat(os.path.join(deployed["tls_dir"], name)).st_mtime_ns) for name in before)
