@@ -58,7 +58,7 @@ def test_the_printed_curl_line_answers_over_https_with_the_ca_it_names(lab, depl
     assert found, deployed["out"][-3000:]
     line, ca, url = found.groups()
     assert ca == os.path.join(deployed["tls_dir"], "ca.crt") and url == "https://%s:%d/v1" % (lab.mgmt_ip[HEAD], API_PORT)
-    model = re.search(r"vLLM serves (\S+) on https://", deployed["out"]).group(1)
+    model = re.search(r'"model": "([^"]+)"', deployed["out"][found.start():]).group(1)  # the printed call's own
     command = line + " -H 'Content-Type: application/json' -d '%s'" % json.dumps(
         {"model": model, "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 4})
     answer = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120, check=False)
