@@ -22,7 +22,7 @@ class NamedHTTPSConnection(http_client.HTTPSConnection):
         self._server_name = server_name
 
     def connect(self):
-        http_client.HTTPConnection.connect(self)  # pylint: disable=non-parent-method-called  # TCP only; TLS below
+        http_client.HTTPConnection.connect(self)  # TCP only; TLS below
         self.sock = self._context.wrap_socket(self.sock, server_hostname=self._server_name or self.host)
 
 

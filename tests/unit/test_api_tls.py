@@ -110,8 +110,8 @@ def test_the_plan_checks_the_users_files(pki, cert, key, ca, name, expected):
 def test_plan_tls_off_has_every_key_empty_and_a_bad_mode_is_refused(tmp_path):
     off, problems = api_tls.plan_tls({'mode': 'off'}, 'h', ['h'], str(tmp_path), 'c')
     assert problems == [] and off['enabled'] is False and off['ca_file'] is None and off['controller']['ca_file'] is None
-    generated, _ = api_tls.plan_tls({'mode': 'generated'}, 'h', ['h'], str(tmp_path), 'c')
-    assert set(off) == set(generated)
+    generated, generated_problems = api_tls.plan_tls({'mode': 'generated'}, 'h', ['h'], str(tmp_path), 'c')
+    assert generated_problems == [] and set(off) == set(generated)
     assert os.listdir(str(tmp_path)) == ['api_tls']  # off makes nothing; generated made its directory
     none, problems = api_tls.plan_tls({'mode': 'on'}, 'h', ['h'], str(tmp_path), 'c')
     assert none is None and "dgxspark_api_tls is 'on': use off (plain HTTP), generated" in problems[0]
@@ -123,9 +123,9 @@ def test_files_plan_their_paths_and_a_self_signed_certificate_is_its_own_ca(pki)
     assert problems == []
     assert tls['controller'] == {'cert_file': pki['self_signed'], 'key_file': pki['key'], 'ca_file': pki['self_signed']}
     assert (tls['cert_file'], tls['key_file'], tls['ca_file']) == (api_tls.CERT_ON_HEAD, api_tls.KEY_ON_HEAD, api_tls.CA_ON_NODES)
-    public, _ = api_tls.plan_tls({'mode': 'files', 'cert_file': pki['good'], 'key_file': pki['key']}, '10.0.0.5', [], '/unused',
+    public, public_problems = api_tls.plan_tls({'mode': 'files', 'cert_file': pki['good'], 'key_file': pki['key']}, '10.0.0.5', [], '/unused',
                                  'c', now=NOW)
-    assert public['ca_file'] is None and public['controller']['ca_file'] is None  # a public CA: the system's trust store
+    assert public_problems == [] and public['ca_file'] is None and public['controller']['ca_file'] is None  # a public CA: the system's trust store
     assert api_tls.plan_tls({'mode': 'files', 'cert_file': pki['good'], 'key_file': pki['other_key']}, '10.0.0.5', [],
                             '/unused', 'c', now=NOW)[0] is None
 
@@ -212,8 +212,8 @@ def test_the_probe_verifies_the_planned_ca_for_the_planned_name_on_127_0_0_1(htt
     assert ok[0] == 200 and '"m"' in ok[1], ok
     # the name the certificate lacks (127.0.0.1, the url's host), a name it lacks, and no CA (the system's store)
     for tls in ({'ca_file': https_server['ca_file']}, {'ca_file': https_server['ca_file'], 'server_name': 'elsewhere'}, {}):
-        status, _body, error = http_request(url, 5, tls=tls)
-        assert status is None and 'CERTIFICATE_VERIFY_FAILED' in error, (tls, error)
+        status, body, error = http_request(url, 5, tls=tls)
+        assert status is None and body is None and 'CERTIFICATE_VERIFY_FAILED' in error, (tls, error)
     other = api_tls.generated_files(https_server['other_ca'], ['10.0.0.5'], 'other')
     assert 'CERTIFICATE_VERIFY_FAILED' in http_request(url, 5, tls={'ca_file': other['ca_file'], 'server_name': '10.0.0.5'})[2]
 

@@ -53,7 +53,7 @@ class _NamedHTTPSConnection(http.client.HTTPSConnection):
         self._server_name = server_name
 
     def connect(self):
-        http.client.HTTPConnection.connect(self)  # pylint: disable=non-parent-method-called  # TCP only; TLS below
+        http.client.HTTPConnection.connect(self)  # TCP only; TLS below
         self.sock = self._context.wrap_socket(self.sock, server_hostname=self._server_name or self.host)
 
 
