@@ -123,9 +123,10 @@ def test_files_plan_their_paths_and_a_self_signed_certificate_is_its_own_ca(pki)
     assert problems == []
     assert tls['controller'] == {'cert_file': pki['self_signed'], 'key_file': pki['key'], 'ca_file': pki['self_signed']}
     assert (tls['cert_file'], tls['key_file'], tls['ca_file']) == (api_tls.CERT_ON_HEAD, api_tls.KEY_ON_HEAD, api_tls.CA_ON_NODES)
-    public, public_problems = api_tls.plan_tls({'mode': 'files', 'cert_file': pki['good'], 'key_file': pki['key']}, '10.0.0.5', [], '/unused',
-                                 'c', now=NOW)
-    assert public_problems == [] and public['ca_file'] is None and public['controller']['ca_file'] is None  # a public CA: the system's trust store
+    public, public_problems = api_tls.plan_tls({'mode': 'files', 'cert_file': pki['good'], 'key_file': pki['key']}, '10.0.0.5',
+                                               [], '/unused', 'c', now=NOW)
+    # a public CA: the system's trust store
+    assert public_problems == [] and public['ca_file'] is None and public['controller']['ca_file'] is None
     assert api_tls.plan_tls({'mode': 'files', 'cert_file': pki['good'], 'key_file': pki['other_key']}, '10.0.0.5', [],
                             '/unused', 'c', now=NOW)[0] is None
 
