@@ -43,7 +43,8 @@ def file_with(users, tls=None):
     ("- just\n- a list\n", "dgxspark", False),
     ("basic_auth_users: {dgxspark: [\n", "dgxspark", False),        # not YAML
     (file_with({"dgxspark": KEPT}, {"cert_file": "/a.pem", "key_file": "/a.key"}), "dgxspark", True),  # TLS dropped
-])
+], ids=["first-run", "same-password", "password-changed", "user-renamed", "hand-edited", "null-hash", "users-a-list",
+        "a-list", "not-yaml", "tls-dropped"])  # the hashes are salted anew in each process: xdist needs fixed ids
 def test_the_hash_is_kept_only_while_the_password_matches_it(existing, user, reused):
     config, was_reused = pwc.web_config(user, PASSWORD, existing)
     assert list(config) == ["basic_auth_users"] and list(config["basic_auth_users"]) == [user]
