@@ -21,8 +21,9 @@ def nccl_builds(results, hosts):
     except (KeyError, TypeError) as exc:
         raise AnsibleFilterError('nccl_builds: not an engine_nccl_build result: %s' % exc) from exc
     line, problems = compare_builds(found, list(hosts), subject=_SUBJECT)
-    return {'line': line or 'NCCL build: no engine process mapped a libnccl on %s (a CPU build, or no rank there)'
-                             % ', '.join(sorted(found)),
+    none_mapped = 'NCCL build: no engine process mapped a libnccl on %s (a CPU build, or no rank there)' % ', '.join(
+        sorted(found))
+    return {'line': line or none_mapped,
             'failures': ['%s: %s' % (problem['host'], problem['detail']) for problem in problems]}
 
 

@@ -17,7 +17,7 @@ description:
     inside a container names the file that container sees.
   - Two NCCL builds can report the same version (the pip wheel's and the system's; one wedged under load, vLLM issue
     42354), and only the sha256 tells them apart. Compare the result across nodes with the P(dgxspark.cluster.nccl_builds#filter) filter.
-  - A CPU build of vLLM maps no libnccl; then O(libraries) is empty.
+  - A CPU build of vLLM maps no libnccl; then RV(libraries) is empty.
 options:
   containers:
     description: The names of the containers whose processes are read; a container that does not run is left out.
