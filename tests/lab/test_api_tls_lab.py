@@ -12,6 +12,7 @@ with them, and everything that calls the API follows the plan's api.tls:
     DGXSPARK_LAB_NODES=2 .venv/bin/python -m pytest -m lab tests/lab/test_api_tls_lab.py
 """
 
+import base64
 import json
 import os
 import re
@@ -96,10 +97,13 @@ def test_the_supervisors_probe_passes_over_https(lab, deployed):
 
 
 def test_prometheus_scrapes_the_engine_over_https_and_its_target_is_up(lab, deployed):
-    url = "http://%s:9090/api/v1/targets" % lab.mgmt_ip[HEAD]
+    with open(os.path.join(lab.state_dir, "secrets", "prometheus_password"), encoding="utf-8") as handle:
+        credentials = base64.b64encode(("dgxspark:%s" % handle.read().strip()).encode()).decode()
+    request = urllib.request.Request("http://%s:9090/api/v1/targets" % lab.mgmt_ip[HEAD],
+                                     headers={"Authorization": "Basic " + credentials})  # Prometheus' own password
     deadline, engine = time.time() + 120, []
     while time.time() < deadline:
-        with urllib.request.urlopen(url, timeout=30) as response:
+        with urllib.request.urlopen(request, timeout=30) as response:
             active = json.load(response)["data"]["activeTargets"]
         engine = [t for t in active if t["labels"]["job"] == "vllm"]
         if engine and engine[0]["health"] == "up":
