@@ -26,10 +26,12 @@ def lab_secrets(lab):
     """{name: content} of the secrets the lab's controller keeps (the public key is not one)."""
     folder = os.path.join(lab.state_dir, "secrets")
     found = {}
-    for name in sorted(os.listdir(folder)):
-        if not name.endswith(".pub"):
-            with open(os.path.join(folder, name)) as handle:
-                found[name] = handle.read().strip()
+    for root, _dirs, names in os.walk(folder):
+        for name in sorted(names):
+            # Public halves are no secrets: SSH public keys, and the API's certificates (api_tls/*.crt).
+            if not name.endswith((".pub", ".crt")):
+                with open(os.path.join(root, name)) as handle:
+                    found[os.path.relpath(os.path.join(root, name), folder)] = handle.read().strip()
     # Under mp no Ray token is made (one left by an earlier Ray deploy is checked all the same).
     assert {"vllm_api_key", "ray_token"} <= set(found) if BACKEND == "ray" else "vllm_api_key" in found, found.keys()
     return found
