@@ -12,6 +12,8 @@
 #    spins on sched_yield for 1 s after each message before it waits on its socket. On the lab's two cores that second
 #    of spinning after every request (readiness, each supervisor probe, the benchmark) is taken from the ranks the
 #    engine waits for; here a reader spins 20 ms. Nothing is missed: the writer notifies the socket on every message.
+#    DGXSPARK_LAB_READER_SPIN_S (seconds, in the containers' environment) changes it for bench/shm_spin, which sets
+#    1 to measure vLLM's own spin against it.
 # And one lab-only fault hook, inert unless its variable is set: DGXSPARK_LAB_HANG_AT_SHARD=k makes the weight loader
 # block for ever when it opens shard k+1, after printing `Loading safetensors checkpoint shards: k/n` (a load that
 # hangs, as seed 004's did at layer 57), for the readiness stall watchdog's tests.
@@ -49,14 +51,23 @@ def _shm_only_on_one_machine(module):
 _READER_SPIN_S = 0.02
 
 
+def _reader_spin_s():
+    # Read when vLLM imports shm_broadcast; a Ray worker has its container's environment then (ray_cluster_extra_env).
+    try:
+        return float(os.environ.get("DGXSPARK_LAB_READER_SPIN_S", _READER_SPIN_S))
+    except ValueError:
+        return _READER_SPIN_S
+
+
 def _short_spin(module):
     spin_condition = module.SpinCondition
     init = spin_condition.__init__
+    spin_s = _reader_spin_s()
 
     def init_with_short_spin(self, *args, **kwargs):
         init(self, *args, **kwargs)
         if self.is_reader:
-            self.busy_loop_s = min(self.busy_loop_s, _READER_SPIN_S)
+            self.busy_loop_s = min(self.busy_loop_s, spin_s)
 
     spin_condition.__init__ = init_with_short_spin
 
