@@ -131,3 +131,15 @@ def test_a_queue_reader_spins_20_ms_after_a_message_not_1_s(env, arguments, busy
     done = run(env, code)
     assert float(done.stdout.strip()) == busy_loop_s, done.stderr
     assert 'shm_broadcast changed' in done.stderr
+
+
+@pytest.mark.parametrize('switch,busy_loop_s', [
+    ('1', 1),          # bench/shm_spin's "without": vLLM's own 1 s
+    ('0.005', 0.005),
+    ('fast', 0.02),    # not a number: the lab's 20 ms
+])
+def test_the_lab_switch_sets_the_readers_spin_for_the_bench(env, switch, busy_loop_s):
+    code = ('from vllm.distributed.device_communicators.shm_broadcast import SpinCondition\n'
+            'print(SpinCondition(True, None, "ipc://x").busy_loop_s)')
+    done = run(env, code, DGXSPARK_LAB_READER_SPIN_S=switch)
+    assert float(done.stdout.strip()) == busy_loop_s, done.stderr
