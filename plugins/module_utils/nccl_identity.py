@@ -18,6 +18,8 @@ import hashlib
 import os
 import re
 
+from ansible_collections.dgxspark.cluster.plugins.module_utils.proc_files import process_ids, read_process_file
+
 # NCCL_DEBUG=INFO prefixes it (`host:pid:tid [dev] NCCL INFO NCCL version ...`), NCCL_DEBUG=VERSION prints it bare.
 _VERSION = re.compile(r'(?:^|NCCL INFO )NCCL version (\d+\.\d+\.\d+)(?:\+cuda(\d+\.\d+))?', re.M)
 _LIBRARY = re.compile(r'^# NCCL library: ([0-9a-f]{64}) (/\S+)\s*$', re.M)
@@ -102,20 +104,12 @@ def mapped_libraries(maps_text):
     return sorted(paths)
 
 
-def _read(path):
-    try:
-        with open(path, 'r') as handle:
-            return handle.read()
-    except (IOError, OSError):  # the process ended meanwhile
-        return None
-
-
 def container_pids(container_ids, proc='/proc'):
     """{container id: [pid]} of the host's processes whose cgroup names one of the containers (Docker's cgroup paths
     hold the full container id under both cgroup drivers: `docker-<id>.scope` and `/docker/<id>`)."""
     found = dict((cid, []) for cid in container_ids)
-    for entry in sorted(int(name) for name in os.listdir(proc) if name.isdigit()):
-        cgroup = _read(os.path.join(proc, str(entry), 'cgroup'))
+    for entry in process_ids(proc):
+        cgroup = read_process_file(os.path.join(proc, str(entry), 'cgroup'))
         for cid in container_ids:
             if cgroup and cid in cgroup:
                 found[cid].append(entry)
@@ -129,7 +123,7 @@ def loaded_by_processes(pids, proc='/proc', digest=None):
     libraries = set()
     mapping = 0
     for pid in pids:
-        paths = mapped_libraries(_read(os.path.join(proc, str(pid), 'maps')))
+        paths = mapped_libraries(read_process_file(os.path.join(proc, str(pid), 'maps')))
         for path in paths:
             sha = digest(os.path.join(proc, str(pid), 'root', path.lstrip('/')))
             if sha:

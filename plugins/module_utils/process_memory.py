@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import re
 
+from ansible_collections.dgxspark.cluster.plugins.module_utils.proc_files import process_ids, read_process_file
+
 # The kernel keeps 15 characters of a process name (TASK_COMM_LEN 16 with the NUL).
 COMM_LENGTH = 15
 _VMRSS = re.compile(r'^VmRSS:\s+(\d+)\s+kB$', re.MULTILINE)
@@ -21,24 +23,16 @@ def vmrss_kib(status_text):
     return int(match.group(1)) if match else None
 
 
-def _read(path):
-    try:
-        with open(path, 'r') as handle:
-            return handle.read()
-    except OSError:  # the process ended meanwhile, or hides itself (hidepid)
-        return None
-
-
 def find(names, proc='/proc'):
     """[{pid, comm, rss_kib}] of the user-space processes whose name is one of ``names`` (compared on the first 15
     characters, as `ps -C` does), by pid."""
     wanted = set(name[:COMM_LENGTH] for name in names)
     found = []
-    for entry in sorted((int(entry) for entry in os.listdir(proc) if entry.isdigit())):
-        comm = _read(os.path.join(proc, str(entry), 'comm'))
+    for entry in process_ids(proc):
+        comm = read_process_file(os.path.join(proc, str(entry), 'comm'))
         if comm is None or comm.rstrip('\n') not in wanted:
             continue
-        rss = vmrss_kib(_read(os.path.join(proc, str(entry), 'status')) or '')
+        rss = vmrss_kib(read_process_file(os.path.join(proc, str(entry), 'status')) or '')
         if rss is not None:
             found.append({'pid': entry, 'comm': comm.rstrip('\n'), 'rss_kib': rss})
     return found
