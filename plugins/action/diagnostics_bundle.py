@@ -6,14 +6,13 @@ unless a secret the controller knows is in it (plugin_utils/diagnostics_bundle.p
 
 from __future__ import annotations
 
-import glob
-import os
 import time
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils.diagnostics_bundle import NODE_VARS, pack
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.secrets_dir import secret_files
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils.wrapper_errors import action_call
 
 ARGUMENT_SPEC = dict(
@@ -28,14 +27,10 @@ ARGUMENT_SPEC = dict(
 
 
 def controller_secrets(secrets_dir, named):
-    """Every secret the controller knows: the files of its secrets directory (public keys aside) and the values of the
-    named variables (vaulted); by value, never by name, so that nothing of them reaches the task's arguments."""
-    values = []
-    for path in sorted(glob.glob(os.path.join(secrets_dir, '*'))):
-        if os.path.isfile(path) and not path.endswith('.pub'):
-            with open(path, encoding='utf-8', errors='replace') as handle:
-                values.append(handle.read())
-    return values + [str(value) for value in named if value]
+    """Every secret the controller knows: the files of its secrets directory, its folders included (plugin_utils/
+    secrets_dir.py says which are public) and the values of the named variables (vaulted); by value, never by name, so
+    that nothing of them reaches the task's arguments."""
+    return list(secret_files(secrets_dir).values()) + [str(value) for value in named if value]
 
 
 class ActionModule(ActionBase):

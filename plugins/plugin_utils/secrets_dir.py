@@ -35,3 +35,21 @@ def secrets_dir_problem(inventory_dir, home=None):
             'another inventory of that name would share. This release keeps them per inventory in %s: if %s belongs '
             'to this inventory, run `mv %s %s`; else set dgxspark_secrets_dir to the directory that holds them.'
             % (os.path.realpath(str(inventory_dir)), old, new, old, old, new))
+
+
+# The public halves that the secrets directory keeps beside their keys: SSH public keys and certificates (the API's
+# generated CA and server certificate). Everything else in it, in any folder, is a secret.
+PUBLIC_SUFFIXES = ('.pub', '.crt')
+
+
+def secret_files(secrets_dir):
+    """{path relative to ``secrets_dir``: text} of every secret file under it (folders included, public halves left
+    out); {} when there is no such directory."""
+    found = {}
+    for root, _dirs, names in os.walk(secrets_dir):
+        for name in sorted(names):
+            path = os.path.join(root, name)
+            if not name.endswith(PUBLIC_SUFFIXES) and os.path.isfile(path):
+                with open(path, encoding='utf-8', errors='replace') as handle:
+                    found[os.path.relpath(path, secrets_dir)] = handle.read()
+    return dict(sorted(found.items()))

@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils.secrets_dir import secret_files
 from ansible_lab import BACKEND, node_container, recap, run_playbook, serving_cluster
 
 pytestmark = pytest.mark.lab
@@ -24,14 +25,7 @@ CUT = "spark-delta"
 
 def lab_secrets(lab):
     """{name: content} of the secrets the lab's controller keeps (the public key is not one)."""
-    folder = os.path.join(lab.state_dir, "secrets")
-    found = {}
-    for root, _dirs, names in os.walk(folder):
-        for name in sorted(names):
-            # Public halves are no secrets: SSH public keys, and the API's certificates (api_tls/*.crt).
-            if not name.endswith((".pub", ".crt")):
-                with open(os.path.join(root, name)) as handle:
-                    found[os.path.relpath(os.path.join(root, name), folder)] = handle.read().strip()
+    found = dict((name, text.strip()) for name, text in secret_files(os.path.join(lab.state_dir, "secrets")).items())
     # Under mp no Ray token is made (one left by an earlier Ray deploy is checked all the same).
     assert {"vllm_api_key", "ray_token"} <= set(found) if BACKEND == "ray" else "vllm_api_key" in found, found.keys()
     return found

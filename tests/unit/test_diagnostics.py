@@ -240,13 +240,16 @@ def test_a_secret_left_in_a_node_log_writes_no_bundle(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
-def test_the_controller_knows_its_secret_files_and_the_named_values_but_not_public_keys(tmp_path):
+def test_the_controller_knows_its_secret_files_and_the_named_values_but_not_public_halves(tmp_path):
     (tmp_path / 'vllm_api_key').write_text(API_KEY + '\n')
     (tmp_path / 'distribute_ed25519').write_text('-----BEGIN OPENSSH PRIVATE KEY-----\nabc\n')
     (tmp_path / 'distribute_ed25519.pub').write_text('ssh-ed25519 AAAAC3Nz public')
-    (tmp_path / 'sub').mkdir()
+    # The generated TLS files (plugin_utils/api_tls.py) are in a folder: its keys are secrets, its certificates not.
+    (tmp_path / 'api_tls').mkdir()
+    (tmp_path / 'api_tls' / 'ca.key').write_text('-----BEGIN PRIVATE KEY-----\nca\n')
+    (tmp_path / 'api_tls' / 'ca.crt').write_text('-----BEGIN CERTIFICATE-----\nca\n')
     assert controller_secrets(str(tmp_path), [HF_TOKEN, '', None]) == [
-        '-----BEGIN OPENSSH PRIVATE KEY-----\nabc\n', API_KEY + '\n', HF_TOKEN]
+        '-----BEGIN PRIVATE KEY-----\nca\n', '-----BEGIN OPENSSH PRIVATE KEY-----\nabc\n', API_KEY + '\n', HF_TOKEN]
     assert controller_secrets(str(tmp_path / 'missing'), []) == []
 
 
