@@ -14,9 +14,8 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils.rendezvous import
 from ansible_collections.dgxspark.cluster.plugins.module_utils.vllm_progress import (
     ReadinessWatch,
     VllmProgressError,
-    speed_verdict,
-    vllm_ready_argument_spec,
 )
+from ansible_collections.dgxspark.cluster.plugins.module_utils.vllm_ready_options import speed_verdict, vllm_ready_argument_spec
 
 display = Display()
 

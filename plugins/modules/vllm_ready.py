@@ -234,7 +234,7 @@ rendezvous:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils.vllm_progress import vllm_ready_argument_spec
+from ansible_collections.dgxspark.cluster.plugins.module_utils.vllm_ready_options import vllm_ready_argument_spec
 
 
 def main():

@@ -33,8 +33,8 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils.vllm_progress imp
     strip_ansi,
     timestamp_key,
     timestamp_seconds,
-    vllm_ready_argument_spec,
 )
+from ansible_collections.dgxspark.cluster.plugins.module_utils.vllm_ready_options import vllm_ready_argument_spec
 
 FIXTURES = pathlib.Path(__file__).parent / 'fixtures' / 'vllm_progress'
 
