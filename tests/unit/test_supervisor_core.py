@@ -133,6 +133,15 @@ RESTARTED = ("starting", "stop+start")
     ("a load that cannot be read changes nothing: the probes decide",
      [look(30, load=(4, 0, 10)), look(400, None), look(430, "ok", load=(4, 0, 10)), look(460, None, load=(4, 0, 10))],
      [("serving", None)] * 4),
+    # A supervisor that starts (or is resumed) while the engine hangs: its probe waits behind the stuck requests, so no
+    # probe's token ends the grace; the engine's counter, from 0 at its start, shows that it served.
+    ("a supervisor started while the engine hangs does not wait out the grace: the counter shows the engine served",
+     [look(30, NO_TOKEN, load=(4, 1, 900)), look(60, NO_TOKEN, load=(4, 2, 900)), look(90, NO_TOKEN, load=(4, 3, 900))],
+     [("serving", None), ("serving", None), RESTARTED]),
+    ("an engine that generated no token yet keeps its grace, its first request running included",
+     [look(30, NO_TOKEN, load=(0, 0, 0)), look(60, NO_TOKEN, load=(1, 0, 0)), look(400, NO_TOKEN, load=(1, 0, 0)),
+      look(430, NO_TOKEN, load=(1, 1, 0))],
+     [("starting", None)] * 4),
 ])
 def test_scenario(name, looks, expected):
     trace, _state = run(looks)
@@ -207,6 +216,19 @@ def test_a_resume_after_a_give_up_starts_again_with_a_fresh_budget():
 def test_a_resume_gives_a_fresh_grace():
     trace, _state = run([look(30, paused=True), look(4000, NO_TOKEN), look(4030, NO_TOKEN), look(4060, NO_TOKEN)])
     assert trace == [("paused", None)] + [("starting", None)] * 3
+
+
+def test_a_resume_while_the_engine_hangs_names_the_hang_once_frozen_s_passed():
+    """Paused, then resumed while requests stand still (the lab's test_deadlock_lab stages it): the frozen count runs
+    from the resume, and the hang is named before the probes' count would end it (frozen_s shorter than 3 looks)."""
+    config = dict(CONFIG, frozen_s=45)
+    hung = (3, 1, 640)
+    trace, state = run([look(30, load=(3, 0, 600)), look(60, paused=True, load=hung), look(90, None, paused=True, load=hung),
+                        dict(look(120, NO_TOKEN, load=hung), resumed=True), look(150, NO_TOKEN, load=hung),
+                        look(180, NO_TOKEN, load=hung)], config=config)
+    assert trace == [("serving", None), ("paused", None), ("paused", None), ("serving", None), ("serving", None), RESTARTED]
+    assert state["last_problem"].startswith("3 requests have run for 60 s with no token generated"), state["last_problem"]
+    assert state["crashes"] == [180] and state["restarts"] == []  # it had served: the crash budget
 
 
 def test_an_engine_started_by_a_deploy_gets_a_fresh_grace_and_budget_even_after_a_give_up():

@@ -17,7 +17,8 @@ any key holder can send again: its restarts count in the crash budget (crash_bud
 backoff that doubles from crash_backoff_s (the first restarts at once) up to crash_backoff_max_s. The memory guard holds
 for both: no start before every node has the memory the plan needs.
 
-Phases: starting (the engine loads: a failed probe does not count, until its first token or the grace's end), serving,
+Phases: starting (the engine loads: a failed probe does not count, until its first token, the probe's or any its token
+counter shows, or the grace's end), serving,
 restarting (stopped, waiting for memory), gave_up, paused. Only a token proves that the engine works: `/health` and the containers' states are
 kept for the report, but a container that exited or a node that left counts at once, since the group cannot come back
 by itself (Docker no longer restarts the serving containers when the supervisor runs them).
@@ -221,6 +222,11 @@ def decide(config, state, seen):
     problem = group_problem(config, seen)
     if problem:
         return _restart(config, state, now, problem, engine_answered(config, seen))
+    if state["phase"] == STARTING and ((seen.get("load") or {}).get("tokens") or 0) > 0:
+        # The engine's counter (from 0 at its start) shows tokens: it loaded and served, as a probe's token would prove.
+        # Without this a supervisor started or resumed while the engine hangs would wait out the whole grace: its probe
+        # waits behind the stuck requests, and the frozen count is for a serving engine only.
+        state.update(phase=SERVING, serving_since=state.get("serving_since") or now)
     frozen, busy = _load_signs(config, state, seen.get("load"), now)
     if frozen and state["phase"] == SERVING:
         return _restart(config, state, now, frozen)
