@@ -194,7 +194,8 @@ def pytest_sessionfinish(session):
 # engine starting again by itself). The modules before them take rails down or stop serving (preflight), and would
 # break a served cluster.
 # The backend switch comes last: it leaves a release that failed its gate.
-SERVING_MODULES = ("test_deploy_lab.py", "test_init_lab.py", "test_openai_client_lab.py", "test_healing_lab.py", "test_supervisor_lab.py", "test_benchmark_lab.py",
+SERVING_MODULES = ("test_deploy_lab.py", "test_init_lab.py", "test_openai_client_lab.py", "test_healing_lab.py", "test_supervisor_lab.py",
+                   "test_deadlock_lab.py", "test_benchmark_lab.py",
                    "test_monitoring_lab.py", "test_diagnose_lab.py", "test_security_lab.py", "test_profile_patches_lab.py",
                    "test_backend_switch_lab.py")
 
