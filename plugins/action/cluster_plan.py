@@ -22,7 +22,7 @@ from ansible_collections.dgxspark.cluster.plugins.plugin_utils.inventory_schema 
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils.profile_schema import site_patches
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils.secrets_dir import controller_secrets_dir, secrets_dir_problem
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils import api_tls, role_inputs, role_networks
-from ansible_collections.dgxspark.cluster.plugins.plugin_utils import serving_command
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils import fleet_plan, serving_command
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils.inventory_names import (
     known_names,
     unknown_variable_problems,
@@ -207,6 +207,51 @@ class ActionModule(ActionBase):
                     for (name, why), where in unresolved.items()]
         return found, problems
 
+    def _fleet_value(self, hostvars, groups, task_vars, name):
+        """A fleet-wide variable (group_vars/all) as the inventory's first host sees it, else as the controller does."""
+        hosts = list(groups.get('all') or [])
+        return self._head_value(hostvars, hosts[:1], task_vars, name) if hosts else self._templar.template(task_vars.get(name))
+
+    @staticmethod
+    def _host_groups(groups, members):
+        """{host: its serving group} for every host of the inventory and the controller (localhost): a host outside every
+        serving group (and the controller) gets the first group's plan, as every host did before serving groups."""
+        first = next(iter(members), '')
+        hosts = list(groups.get('all') or []) + ['localhost']
+        return dict((host, next((name for name, names in members.items() if host in names), first)) for host in hosts)
+
+    def _plan_fleet(self, result, found, problems, hostvars, groups, task_vars, presets, presets_by):
+        """The action's result for serving groups: every group planned as one cluster (its nodes' rail addresses after
+        those of the groups before), then the fleet's checks; the tables one a group, then the fleet's summary."""
+        inventory = inventory_sources(task_vars)
+        bases = fleet_plan.address_bases(found)
+        plans, tables, failed, notes = {}, [], [], []
+        members = dict((name, list(m['head']) + list(m['workers'])) for name, m in found)
+        if not problems:
+            for name, member_groups in found:
+                one = self._plan_cluster(member_groups, hostvars, task_vars, presets, presets_by, [], bases[name],
+                                         'group %s' % name)
+                if one['problems']:
+                    failed.extend('serving group %s (%s): %s' % (name, ', '.join(members[name]), p) for p in one['problems'])
+                    notes.extend(n for n in one['notes'] if n not in notes)
+                    continue
+                plans[name] = one['result']['plan']
+                tables.extend(['Serving group %s (%s)' % (name, ', '.join(members[name]))] + one['result']['table'][1:])
+        problems = problems + failed
+        if not problems:
+            problems = fleet_plan.fleet_problems(plans)
+        if problems:
+            result['failed'] = True
+            result['msg'] = 'The fleet plan is invalid (%d problem%s) for the inventory %s: see the problems below.' % (
+                len(problems), '' if len(problems) == 1 else 's', inventory)
+            result['problems'] = ''.join('%s\n' % line for line in ['- %s' % p for p in problems] + notes)
+            return result
+        fleet = fleet_plan.fleet_view(plans, members)
+        first = found[0][0]
+        result.update(plan=plans[first], group_plans=plans, host_groups=self._host_groups(groups, members), fleet=fleet,
+                      table=['Inventory: %s' % inventory] + tables + fleet_plan.fleet_lines(fleet))
+        return result
+
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
         result = super(ActionModule, self).run(tmp, task_vars)
@@ -218,14 +263,33 @@ class ActionModule(ActionBase):
             playbook=dict(type='str'),
         ))
         del validation
+        self._plan_args = args
+        result['changed'] = False
         presets, presets_by, problems = args.get('presets') or {}, args.get('presets_by') or 'the playbook', []
         if args.get('playbook') and not presets:
             presets, presets_by, problems = playbook_presets(args['playbook'])
 
         groups = task_vars.get('groups') or {}
         hostvars = task_vars.get('hostvars') or {}
+        declared = self._fleet_value(hostvars, groups, task_vars, 'dgxspark_serving_groups')
+        found, group_problems = fleet_plan.serving_groups(declared, groups)
+        if declared is None:
+            # One group (head, workers): planned, printed and given exactly as before.
+            one = self._plan_cluster(found[0][1], hostvars, task_vars, presets, presets_by, problems)
+            result.update(one['result'])
+            if 'plan' in one['result']:
+                result.update(group_plans={'': one['result']['plan']}, host_groups=self._host_groups(groups, {}))
+            return result
+        return self._plan_fleet(result, found, group_problems + problems, hostvars, groups, task_vars, presets, presets_by)
+
+    def _plan_cluster(self, plan_groups, hostvars, task_vars, presets, presets_by, problems, address_base=0,
+                      hosts_where='groups head/workers'):
+        """{'result': the action's result for one serving group, 'problems', 'notes'}: the plan of the hosts of
+        plan_groups ({'head': [host], 'workers': [hosts]}), checked against the roles' inputs, with its commands."""
+        result = {}
+        problems = list(problems)
         wanted = cluster_variable_names() + host_variable_names()
-        node_hosts = list(groups.get('head') or []) + list(groups.get('workers') or [])
+        node_hosts = list(plan_groups['head']) + list(plan_groups['workers'])
         node_vars = {}
         node_names = {}
         role_values = {}
@@ -245,8 +309,7 @@ class ActionModule(ActionBase):
         directories = [BUILTIN_PROFILES_DIR]
         # The argument, else the inventory's or the command line's dgxspark_profiles_dir: every play that plans (the
         # roles' own fallbacks included) sees the user's profiles.
-        plan_groups = {'head': list(groups.get('head') or []), 'workers': list(groups.get('workers') or [])}
-        profiles_dir = args.get('profiles_dir') or self._head_value(hostvars, plan_groups['head'], task_vars, 'dgxspark_profiles_dir')
+        profiles_dir = self._plan_args.get('profiles_dir') or self._head_value(hostvars, plan_groups['head'], task_vars, 'dgxspark_profiles_dir')
         if profiles_dir:
             directories.append(os.path.abspath(os.path.expanduser(str(profiles_dir))))
         profiles, profile_problems = load_profiles(directories)
@@ -269,7 +332,8 @@ class ActionModule(ActionBase):
         problems.extend(role_networks.prometheus_host_problems(role_values, node_hosts))
         problems.extend(network_problems)
         try:
-            plan = build_plan(plan_groups, node_vars, profiles, presets=presets, presets_by=presets_by)
+            plan = build_plan(plan_groups, node_vars, profiles, presets=presets, presets_by=presets_by,
+                              address_base=address_base, hosts_where=hosts_where)
             notes = []
         except ClusterPlanError as exc:
             problems.extend(exc.problems)
@@ -298,7 +362,6 @@ class ActionModule(ActionBase):
         if not presets and any(p.startswith('dgxspark_model_profile is not set') for p in problems):
             notes = notes + ['The model may come from the playbook you will run: plan with its presets, '
                              'playbooks/plan.yml -e dgxspark_plan_playbook=deploy-397b.yml (or that playbook with --tags plan).']
-        result['changed'] = False
         if problems:
             # Ansible prints the message twice (its [ERROR] line, then the result): the message is one line, and the
             # problems are printed once, as one text block.
@@ -307,7 +370,7 @@ class ActionModule(ActionBase):
                 len(problems), '' if len(problems) == 1 else 's', inventory_sources(task_vars))
             # Ending in a line break keeps it a block of lines in the output, one problem a line, never folded.
             result['problems'] = ''.join('%s\n' % line for line in ['- %s' % p for p in problems] + notes)
-            return result
+            return {'result': result, 'problems': problems, 'notes': notes}
         head = plan['head']
         inputs, input_problems = self._command_inputs(templated, [node['host'] for node in plan['nodes']])
         # The commands' inputs as each node resolves them (dgxspark_serving_image included), in the forms they need.
@@ -323,7 +386,7 @@ class ActionModule(ActionBase):
             result.update(failed=True, problems=''.join('- %s\n' % p for p in input_problems),
                           msg='The serving commands cannot be planned for the inventory %s: see the problems below.'
                           % inventory_sources(task_vars))
-            return result
+            return {'result': result, 'problems': input_problems, 'notes': []}
         plan['serving'] = role_networks.serving_names(role_values.get(head, {}), specs, plan)
         plan['serving']['paths'] = dict(serving_command.PATHS)
         # The image the head serves with, which the distribution spreads and preflight and diagnose read.
@@ -335,4 +398,4 @@ class ActionModule(ActionBase):
         result['plan'] = plan
         result['table'] = (render_plan_table(plan, inventory_sources(task_vars)) + api_tls.table_lines(plan['api'])
                            + serving_command.command_lines(plan['containers']))
-        return result
+        return {'result': result, 'problems': [], 'notes': []}

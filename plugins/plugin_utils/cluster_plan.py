@@ -260,8 +260,9 @@ def _rail_problems(rails):
     return parsed, problems
 
 
-def _address_problems(order, rails, host_resolved):
-    """Per node and rail addresses; problems for bad, out-of-subnet or duplicate addresses."""
+def _address_problems(order, rails, host_resolved, address_base=0):
+    """Per node and rail addresses; problems for bad, out-of-subnet or duplicate addresses. ``address_base``: the nodes
+    of the fleet's serving groups planned before this one, so that every node of the fleet gets its own address."""
     problems = []
     addresses = dict((host, {}) for host in order)
     rail_names = set(r['name'] for r in rails)
@@ -292,13 +293,14 @@ def _address_problems(order, rails, host_resolved):
             else:
                 where = 'dgxspark_rails[%s].address_offset (host %s, rank %d)' % (rail['name'], host, rank)
                 try:
-                    address = net.network + rail['address_offset'] + rank
+                    address = net.network + rail['address_offset'] + address_base + rank
                 except (IndexError, ValueError, netaddr.AddrFormatError):
                     address = None
                 fix = 'lower address_offset of rail %s or use a larger subnet' % rail['name']
                 if address is None or address not in net:
-                    problems.append('%s: network %s + offset %d + rank %d falls outside the rail subnet %s; %s.' % (
-                        where, net.network, rail['address_offset'], rank, net, fix))
+                    problems.append('%s: network %s + offset %d + rank %d%s falls outside the rail subnet %s; %s.' % (
+                        where, net.network, rail['address_offset'], rank,
+                        ' + %d nodes of the serving groups before' % address_base if address_base else '', net, fix))
                     continue
             if address not in net:
                 problems.append('%s: %s is outside the rail subnet %s; %s.' % (where, address, net, fix))
@@ -361,7 +363,7 @@ def decode_roofline_tok_s(profile, tp, bandwidth_gbs):
     return bandwidth_gbs / (active_gb / tp), active_gb
 
 
-def _parallel_problems(values, profile, node_count):
+def _parallel_problems(values, profile, node_count, hosts_where='groups head/workers'):
     problems = []
     tp = values.get('dgxspark_tensor_parallel_size')
     pp = values.get('dgxspark_pipeline_parallel_size')
@@ -375,7 +377,7 @@ def _parallel_problems(values, profile, node_count):
         example = 'TP=%d, PP=%d' % (valid_tp[0], node_count // valid_tp[0]) if valid_tp else 'TP=1, PP=%d' % node_count
         problems.append('dgxspark_tensor_parallel_size x dgxspark_pipeline_parallel_size = %d x %d = %d GPUs, but the inventory has %d nodes '
                         'and a DGX Spark has exactly one GPU (%d nodes = %d GPUs): choose TP x PP = %d (e.g. %s) or change the '
-                        'number of hosts in groups head/workers.' % (tp, pp, tp * pp, node_count, node_count, node_count, node_count, example))
+                        'number of hosts in %s.' % (tp, pp, tp * pp, node_count, node_count, node_count, node_count, example, hosts_where))
     if profile:
         heads = profile['num_attention_heads']
         if heads % tp:
@@ -519,10 +521,13 @@ def serving_kinds(backend, rank):
     return ['ray', 'vllm'] if rank == 0 else ['ray']
 
 
-def build_plan(groups, hostvars, profiles, presets=None, presets_by='the playbook'):
+def build_plan(groups, hostvars, profiles, presets=None, presets_by='the playbook', address_base=0,
+               hosts_where='groups head/workers'):
     """Build the plan. ``groups``: {'head': [...], 'workers': [...]}; ``hostvars``: host -> vars;
     ``profiles``: profile name -> loaded profile mapping; ``presets``: cluster variable -> value that the playbook
-    ``presets_by`` sets where the inventory does not (apply_presets).
+    ``presets_by`` sets where the inventory does not (apply_presets). For one serving group of a fleet (fleet_plan.py):
+    ``address_base``, the number of the fleet's nodes before it (its rail addresses follow theirs), and ``hosts_where``,
+    the inventory group its messages name.
 
     Returns the plan (a dict of plain types). Raises ClusterPlanError with every problem found.
     """
@@ -561,7 +566,7 @@ def build_plan(groups, hostvars, profiles, presets=None, presets_by='the playboo
 
     node_count = len(order)
     values = _resolve_with_profile(values, profile, node_count)
-    problems.extend(_parallel_problems(values, profile, node_count))
+    problems.extend(_parallel_problems(values, profile, node_count, hosts_where))
     problems.extend(_setting_problems(values, profile))
     problems.extend(_revision_problems(values, profile))
 
@@ -570,7 +575,7 @@ def build_plan(groups, hostvars, profiles, presets=None, presets_by='the playboo
     if values.get('dgxspark_rails'):
         rails, rail_problems = _rail_problems(values['dgxspark_rails'])
         problems.extend(rail_problems)
-        addresses, address_problems = _address_problems(order, rails, host_resolved)
+        addresses, address_problems = _address_problems(order, rails, host_resolved, address_base)
         problems.extend(address_problems)
 
     tp = values.get('dgxspark_tensor_parallel_size')

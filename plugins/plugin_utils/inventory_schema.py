@@ -129,6 +129,8 @@ SHARED_VARIABLES = (
     {'name': 'dgxspark_distribute_image', 'description': 'Whether the deploy brings the serving image to every node (default true).'},
     {'name': 'dgxspark_distribute_model', 'description': 'Whether the deploy brings the model to every node (default true).'},
     {'name': 'dgxspark_profiles_dir', 'description': 'A directory of model profiles of your own, beside the collection\'s.'},
+    {'name': 'dgxspark_serving_groups', 'description': 'The Ansible groups that each serve one model (a fleet), first host the head.'},
+    {'name': 'dgxspark_fleet', 'description': "Set by plan.yml with serving groups: the fleet's groups, models and endpoint."},
 )
 
 # Switches of one run, given with -e: they change what a playbook does, never the plan.
