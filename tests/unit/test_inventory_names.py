@@ -91,6 +91,7 @@ def test_prefixes_are_the_collection_and_its_roles():
     'dgxspark_hf_token',
     'dgxspark_model_download',
     'dgxspark_profiles_dir',
+    'dgxspark_serving_groups',  # an inventory's serving groups (issue 51)
     'dgxspark_lab_state_dir',  # the lab inventory's
     'dgxspark_phase_force',  # a run's switch
 ])
