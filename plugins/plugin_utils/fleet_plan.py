@@ -42,7 +42,7 @@ def serving_groups(declared, groups):
                                                 's' if len(classic) > 1 else '', ' and '.join(classic)))
     found, member_of = [], {}
     for name in declared:
-        if name in [n for n, _ in found]:
+        if name in [group for group, _members in found]:
             problems.append('dgxspark_serving_groups names %s twice: name each serving group once.' % name)
             continue
         if name in ('all', 'ungrouped', 'head', 'workers'):
@@ -102,11 +102,11 @@ def fleet_problems(plans):
     for name, plan in plans.items():
         served.setdefault(plan['api']['served_model_name'], []).append((name, _model(plan)))
     for served_name, users in sorted(served.items()):
-        if len(set(model for _, model in users)) > 1:
+        if len(set(model for _group, model in users)) > 1:
             problems.append('Serving groups %s serve the model name %s for different models (%s): one name is one model '
                             '(the same name on the same model makes replicas); set vllm_container_served_model_name in '
                             'group_vars/<group> to a name of its own, or serve the same model.' % (
-                                ' and '.join(n for n, _ in users), served_name,
+                                ' and '.join(group for group, _model in users), served_name,
                                 ', '.join('%s: %s@%s' % (n, m[0], m[1]) for n, m in users)))
     return problems
 

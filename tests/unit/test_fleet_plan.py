@@ -68,7 +68,9 @@ def group_plan(hosts, values, address_base=0, head_values=None, host_values=None
     return plan
 
 
-def fleet(b_values=VL, b_head=None, b_hosts=None, a_base=0, b_base=4):
+def fleet(b_values=None, b_head=None, b_hosts=None, a_base=0, b_base=4):
+    """fleet_a (INT4 on s1-s4) and fleet_b (B_VALUES, else VL, on s5-s8), planned with these address bases."""
+    b_values = VL if b_values is None else b_values
     return {'fleet_a': group_plan(GROUPS['fleet_a'], INT4, a_base),
             'fleet_b': group_plan(GROUPS['fleet_b'], b_values, b_base, b_head, b_hosts)}
 
@@ -99,8 +101,8 @@ def test_a_group_whose_shape_does_not_fit_its_nodes_is_refused_naming_the_group(
 
 def test_an_address_beyond_the_rail_subnet_names_the_groups_before():
     with pytest.raises(cp.ClusterPlanError) as excinfo:
-        group_plan(GROUPS['fleet_b'], dict(VL, dgxspark_rails=[{'name': 'rail1', 'interface': 'enp1s0f1np1',
-                                                                 'subnet': '192.168.100.0/28', 'address_offset': 10}]), 4)
+        narrow = [{'name': 'rail1', 'interface': 'enp1s0f1np1', 'subnet': '192.168.100.0/28', 'address_offset': 10}]
+        group_plan(GROUPS['fleet_b'], dict(VL, dgxspark_rails=narrow), 4)
     assert any('+ 4 nodes of the serving groups before falls outside the rail subnet 192.168.100.0/28' in p
                for p in excinfo.value.problems), excinfo.value.problems
 
