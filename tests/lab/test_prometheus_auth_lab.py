@@ -8,7 +8,8 @@ that the API key protects at the engine; now:
 - a second run changes nothing and restarts nothing (the bcrypt hash stays while the password matches it);
 - the password is 0600 on the controller and on Prometheus' node, and in no play output, argv, journal or the web
   configuration (which holds only its hash);
-- Prometheus requires the firewall unit: the watch, unable to load the table again, stops Prometheus with it.
+- fail closed: the table lost for good, the watch kills the containers (a stand-in server on the API port that ignores
+  SIGTERM stops answering within 60 s) and stops Prometheus and Docker; status.yml names the table until it is back.
 
     DGXSPARK_LAB_NODES=2 .venv/bin/python -m pytest -m lab tests/lab/test_prometheus_auth_lab.py
 """
@@ -17,6 +18,8 @@ import base64
 import json
 import os
 import re
+import shlex
+import socket
 import stat
 import subprocess
 import time
@@ -37,6 +40,10 @@ WEB_CONFIG = "/etc/prometheus/dgxspark-web.yml"
 RULESET = "/etc/dgxspark/nftables-dgxspark.nft"
 TWO_NODE_SHAPE = os.path.join(REPO, "molecule", "shared", "group_vars", "all", "20-two-node-cluster.yml")
 # What Prometheus serves besides the query API: each must ask for the password too.
+API_PORT = 8000
+# A serving container's worst case for Docker's stop: it listens on the API port and ignores SIGTERM.
+STAND_IN_SERVER = ("import signal, socket\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nserver = socket.create_server(('', %d))\n"
+                   "while True:\n    server.accept()[0].close()\n" % API_PORT)
 PATHS = ["/api/v1/query?query=up", "/api/v1/targets", "/federate?match[]=up", "/metrics", "/graph", "/-/ready"]
 
 
@@ -51,6 +58,15 @@ def status(url, password=None):
             return response.status
     except urllib.error.HTTPError as error:
         return error.code
+
+
+def answers(address, port):
+    """True when a TCP connection from the controller to address:port is accepted."""
+    try:
+        with socket.create_connection((address, port), timeout=2):
+            return True
+    except OSError:
+        return False
 
 
 def prometheus_since(host):
@@ -160,30 +176,54 @@ def test_the_password_is_in_no_output_argv_or_journal(lab, monitored):
     assert "--web.config.file=%s" % WEB_CONFIG in lab.host(HEAD).check_output("ps -eww -o args")
 
 
-def test_prometheus_stops_with_the_firewall_when_the_table_cannot_come_back(lab, monitored):
-    """Fail closed (issue 49): Prometheus requires the firewall unit as Docker does, so the watch, when it cannot load
-    the table again, stops Prometheus too; starting Prometheus loads the table first."""
+def firewall_line(lab, shape):
+    """status.yml's run (it must fail) and whether its table names the head's firewall table as not loaded."""
+    rc, out = run_playbook(lab, "status.yml", *shape, timeout=300)
+    assert rc != 0, out[-3000:]  # nothing serves in this module: status fails either way, the firewall line is the news
+    return "The firewall of %s: the nftables table inet dgxspark is not loaded" % HEAD in out
+
+
+def test_the_node_stops_serving_within_60_s_when_the_table_cannot_come_back(lab, monitored, serving_image):
+    """Fail closed (issue 49): Prometheus requires the firewall unit as Docker does, and the watch, when it cannot load
+    the table again, kills the running containers, then stops the firewall unit, Docker and Prometheus. The serving
+    container here is the worst Docker's own stop meets: a server on the API port that ignores SIGTERM, with a 300 s stop
+    timeout and `restart: always` (Docker's stop would wait past its unit's 90 s, then leave it running). It answers
+    the management network no more within 60 s, nothing starts it again, and status.yml names the table until it is
+    back; starting Docker loads the table first."""
     head = lab.host(HEAD)
     assert "dgxspark-firewall.service" in head.check_output("systemctl show -p Requires --value prometheus.service").split()
+    head.check_output("docker rm -f dgxspark-lab-stand-in >/dev/null 2>&1; docker run -d --name dgxspark-lab-stand-in"
+                      " --network host --restart always --stop-timeout 300 --entrypoint python3 %s -c %s" % (
+                          serving_image["tag"], shlex.quote(STAND_IN_SERVER)))
+    api = lab.mgmt_ip[HEAD]
+    deadline = time.monotonic() + 30
+    while not answers(api, API_PORT):
+        assert time.monotonic() < deadline, "the stand-in server does not answer on the API port"
+        time.sleep(0.5)
     saved = head.check_output("cat %s" % RULESET) + "\n"
-    head.check_output("echo 'this is not nftables' >> %s && nft delete table inet dgxspark" % RULESET)
+    head.check_output("echo 'this is not nftables' >> %s && nft flush ruleset" % RULESET)
+    lost = time.monotonic()
     try:
-        deadline = time.monotonic() + 60
-        while head.run("systemctl is-active prometheus.service").stdout.strip() == "active":
-            assert time.monotonic() < deadline, "Prometheus still runs 60 s after the table was lost for good"
+        while answers(api, API_PORT):
+            assert time.monotonic() < lost + 60, "the API port still answers 60 s after the table was lost for good"
+            time.sleep(0.5)
+        print("FAIL CLOSED the API port answered no more %.1f s after the table was lost" % (time.monotonic() - lost))
+        while head.run("systemctl is-active prometheus.service dgxspark-firewall.service docker.service").rc == 0:
+            assert time.monotonic() < lost + 90, "Prometheus, the firewall unit or Docker still active 90 s after the loss"
             time.sleep(1)
-        # The firewall unit's own stop waits for Docker's (ordered after it): with serving containers that takes longer
-        # than Prometheus' stop, and the unit reads "active" until its queued stop job runs.
-        deadline = time.monotonic() + 240
-        while head.run("systemctl is-active dgxspark-firewall.service").stdout.strip() == "active":
-            assert time.monotonic() < deadline, "the firewall unit still active 240 s after the table was lost for good"
-            time.sleep(2)
         journal = head.check_output("journalctl -u dgxspark-firewall-watch.service --no-pager -n 20")
-        assert "cannot be loaded; stopping dgxspark-firewall.service and Docker and Prometheus with it" in journal
+        assert "cannot be loaded; killing the running containers, then stopping dgxspark-firewall.service" in journal
+        assert firewall_line(lab, monitored["shape"])
+        # A client of Docker's socket (the supervisor would be one) does not bring Docker back without the table.
+        assert head.run("timeout 30 docker ps").rc != 0 and not answers(api, API_PORT)
+        assert head.run("systemctl is-active docker.service").rc != 0
     finally:
         head.check_output("cat > %s <<'RULESET'\n%sRULESET" % (RULESET, saved))
-        head.check_output("systemctl reset-failed dgxspark-firewall.service; systemctl start docker.service prometheus.service")
+        head.check_output("systemctl reset-failed dgxspark-firewall.service docker.service docker.socket;"
+                          " systemctl start docker.service prometheus.service")
+        head.run("docker rm -f dgxspark-lab-stand-in")
     assert head.run("nft list table inet dgxspark").rc == 0
+    assert not firewall_line(lab, monitored["shape"])
     deadline = time.monotonic() + 60
     while status(monitored["base"] + "/-/ready", monitored["password"]) != 200:
         assert time.monotonic() < deadline, "Prometheus is not back within 60 s"
