@@ -5,13 +5,13 @@ On NODE of a deployed lab: the ruleset file made unloadable (a line that is not 
 `nft flush ruleset`. From that moment, it prints the seconds until
   (a) the watch notices (its journal says the file cannot be loaded),
   (b) no port of the node that listened before answers from the controller (the management network: the API on the head,
-      Ray's or the rank's ports on a worker; SSH aside), and, on the head, the API's /health answers no more,
+      Ray's or the rank's ports on a worker; SSH aside; a TCP connection each),
   (c) Docker is inactive.
-With --stand-in, a container is started there first that is the worst Docker's own stop meets: a server on the API
-port that ignores SIGTERM, with a 300 s stop timeout and `restart: always` (Docker's own stop waits for it, past the
-docker unit's 90 s).
-Then it puts the file back and starts the firewall unit and Docker again (the serving containers stay stopped: a deploy
-starts them).
+With --stand-in, a container is started there first that is the worst Docker's own stop meets: a server on the port
+after the API's (the engine holds the API's) that ignores SIGTERM, with a 300 s stop
+timeout and `restart: always` (Docker's own stop waits for it, past the docker unit's 90 s).
+Then it puts the file back and starts the firewall unit and Docker again (the serving containers were killed: the head's
+supervisor starts the group again, or a deploy does).
 
     DGXSPARK_LAB_INSTANCE=N DGXSPARK_LAB_STATE_SUFFIX=-N .venv/bin/python bench/fail_closed/measure.py spark-alpha [--stand-in]
 """
@@ -34,7 +34,7 @@ API_PORT = 8000
 LIMIT_S = 150
 STAND_IN = "dgxspark-bench-stand-in"
 STAND_IN_SERVER = ("import signal, socket\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nserver = socket.create_server(('', %d))\n"
-                   "while True:\n    server.accept()[0].close()\n" % API_PORT)
+                   "while True:\n    server.accept()[0].close()\n" % (API_PORT + 1))
 
 
 def ssh(node, command, timeout=LIMIT_S + 30):
