@@ -358,6 +358,7 @@ class ActionModule(ActionBase):
                                                      port_defaults(specs)[1]['vllm_container_port'], self._key_dir(hostvars, plan['head']))
             plan['api']['tls'], tls_problems = self._api_tls(hostvars, plan, task_vars)
             problems.extend(tls_problems)
+            problems.extend(role_networks.prometheus_tls_problems(role_values, plan['head'], plan['api']['tls']))
         problems.extend(self._secrets_dir_problems(hostvars, plan_groups['head']))
         if not presets and any(p.startswith('dgxspark_model_profile is not set') for p in problems):
             notes = notes + ['The model may come from the playbook you will run: plan with its presets, '
@@ -389,13 +390,17 @@ class ActionModule(ActionBase):
             return {'result': result, 'problems': input_problems, 'notes': []}
         plan['serving'] = role_networks.serving_names(role_values.get(head, {}), specs, plan)
         plan['serving']['paths'] = dict(serving_command.PATHS)
+        # Where Prometheus answers, and its TLS (the API's): what the monitoring role serves and every client queries.
+        plan['serving']['prometheus'] = role_networks.prometheus_endpoint(head, role_values, plan['serving']['prometheus_port'],
+                                                                          plan['api']['tls'])
         # The image the head serves with, which the distribution spreads and preflight and diagnose read.
         plan['serving']['image'] = plan['containers'][head]['vllm']['image']
         plan['node_os'] = role_inputs.node_os_settings(role_values.get(head, {}), specs)
         plan['warnings'] = role_inputs.input_warnings(
             plan['variables'], network_warnings + role_networks.api_reach_warnings(role_values, head)
-            + role_networks.monitoring_reach_warnings(role_values, head))
+            + role_networks.monitoring_reach_warnings(role_values, head, plan['api']['tls']['enabled']))
         result['plan'] = plan
         result['table'] = (render_plan_table(plan, inventory_sources(task_vars)) + api_tls.table_lines(plan['api'])
+                           + [role_networks.prometheus_table_line(plan['serving']['prometheus'])]
                            + serving_command.command_lines(plan['containers']))
         return {'result': result, 'problems': [], 'notes': []}

@@ -31,6 +31,10 @@ API_CIDR_VARIABLES = ('dgxspark_api_allowed_cidrs', 'node_firewall_api_allowed_c
 ALLOWED_NETWORKS = dict([(name, ('the vLLM API', 'API clients')) for name in API_CIDR_VARIABLES] + [
     (name, ('Prometheus', "Prometheus's clients")) for name in (
         'dgxspark_monitoring_allowed_cidrs', 'node_firewall_monitoring_allowed_cidrs', 'monitoring_allowed_cidrs')])
+# Prometheus' own copies of the API's certificate and key on its node (the key 0600, the prometheus user's: Prometheus
+# reads it as that user, and the head's copy stays root's).
+PROMETHEUS_TLS_CERT = '/etc/prometheus/dgxspark-tls.crt'
+PROMETHEUS_TLS_KEY = '/etc/prometheus/dgxspark-tls.key'
 # Linux: IFNAMSIZ 16 with the NUL; written into netplan files, nft rules and NCCL_SOCKET_IFNAME, so nothing to quote.
 INTERFACE_NAME = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.-]{0,14}$')
 
@@ -310,14 +314,77 @@ def prometheus_host_problems(values_by_host, nodes):
     return _merge(found, values_by_host)
 
 
-def monitoring_reach_warnings(values_by_host, head):
+def monitoring_reach_warnings(values_by_host, head, tls_enabled=False):
     """Prometheus opened to a network: it asks for its password (basic auth), but over plain HTTP the password crosses
-    that network in clear, and whoever has it reads every metric, the engine's included."""
+    that network in clear (with the API's TLS it does not), and whoever has it reads every metric, the engine's
+    included."""
     values = values_by_host.get(head) or {}
     allowed = values.get('node_firewall_monitoring_allowed_cidrs', values.get('dgxspark_monitoring_allowed_cidrs', []))
-    if isinstance(allowed, (list, tuple)) and allowed:
+    if isinstance(allowed, (list, tuple)) and allowed and not tls_enabled:
         return ['dgxspark_monitoring_allowed_cidrs opens Prometheus to %s: it asks for its password (basic auth, '
                 'prometheus_password in the controller\'s secrets directory), which plain HTTP carries in clear over '
                 'those networks, and with it every metric can be read, the engine\'s included (requests, tokens, the '
-                'model); keep it to the networks of your monitoring' % ', '.join(str(c) for c in allowed)]
+                'model); keep it to the networks of your monitoring, or turn on dgxspark_api_tls (Prometheus then serves '
+                'HTTPS too)' % ', '.join(str(c) for c in allowed)]
     return []
+
+
+def prometheus_node(values_by_host, head):
+    """The node Prometheus runs on: the head's monitoring_prometheus_host (prometheus_host_problems checks it), else
+    the head."""
+    chosen = (values_by_host.get(head) or {}).get('monitoring_prometheus_host')
+    return str(chosen) if chosen else head
+
+
+def prometheus_tls_problems(values_by_host, head, tls):
+    """With the API's TLS, Prometheus serves HTTPS with the API's certificate, whose names are the head's and whose key
+    stays on the head: Prometheus on a worker would make every client refuse the certificate (it names the head), and
+    copying the key there would give a worker what lets it pose as the API."""
+    node = prometheus_node(values_by_host, head)
+    if not (tls or {}).get('enabled') or node == head:
+        return []
+    return ['monitoring_prometheus_host is %s, but with dgxspark_api_tls %s Prometheus serves HTTPS with the API\'s '
+            'certificate, which is for the head\'s names (%s) and whose key never leaves the head (%s): leave '
+            'monitoring_prometheus_host empty to run Prometheus on the head, or set dgxspark_api_tls: off'
+            % (node, tls.get('mode'), ', '.join(tls.get('names') or [tls.get('server_name')]), head)]
+
+
+def prometheus_endpoint(head, values_by_host, port, tls):
+    """Where Prometheus answers and how, as everything that queries it reads it (the monitoring role, the printed line,
+    the tests): its node, that node's address (ansible_host, else its name), the port, the scheme (https when the API
+    has TLS: prometheus_tls_problems keeps Prometheus on the head then), url, local_url (from its own node) and tls:
+    its own copies of the API's certificate and key (the key 0600, the prometheus user's), the CA and the name clients
+    check. Off: the same keys, empty but the copies' paths."""
+    node = prometheus_node(values_by_host, head)
+    values = values_by_host.get(node) or {}
+    address = str(values.get('ansible_host') or node)
+    listen = str(values.get('monitoring_prometheus_listen_address') or '0.0.0.0')
+    local = '127.0.0.1' if listen in ('0.0.0.0', '::') else listen
+    enabled = bool((tls or {}).get('enabled'))
+    scheme = 'https' if enabled else 'http'
+    controller = (tls or {}).get('controller') or {}
+    return {
+        'host': node,
+        'address': address,
+        'port': port,
+        'scheme': scheme,
+        'url': '%s://%s:%s' % (scheme, address, port),
+        'local_url': '%s://%s:%s' % (scheme, local, port),
+        'tls': {
+            'enabled': enabled,
+            'server_name': tls['server_name'] if enabled else None,
+            # where Prometheus' copies lie; the role removes them when TLS is off
+            'cert_file': PROMETHEUS_TLS_CERT,
+            'key_file': PROMETHEUS_TLS_KEY,
+            'ca_file': tls.get('ca_file') if enabled else None,
+            'controller': dict((name, controller.get(name) if enabled else None) for name in ('cert_file', 'key_file', 'ca_file')),
+        },
+    }
+
+
+def prometheus_table_line(prometheus):
+    """The plan table's line about Prometheus: where it answers and whether its password crosses the network in clear."""
+    tls = prometheus['tls']
+    how = ("TLS with the API's certificate, for %s" % tls['server_name']) if tls['enabled'] else (
+        'plain HTTP: its password crosses the network in clear; dgxspark_api_tls turns TLS on for it too')
+    return 'Prometheus: %s on %s (%s)' % (prometheus['url'], prometheus['host'], how)

@@ -7,17 +7,15 @@ Scrape duration and Prometheus' memory are printed (`SCRAPE ...`, `PROMETHEUS RS
     python3 lab/labctl.py up --serving && .venv/bin/python -m pytest -m lab -s tests/lab/test_monitoring_lab.py
 """
 
-import base64
 import glob
 import json
 import os
 import re
 import time
-import urllib.parse
-import urllib.request
 
 import pytest
 
+import prometheus_lab
 from ansible_lab import HEAD, REPO, VLLM, node_container, run_playbook, serving_cluster
 
 pytestmark = pytest.mark.lab
@@ -28,15 +26,8 @@ DASHBOARDS = sorted(glob.glob(os.path.join(REPO, "dashboards", "*.json")))
 
 def prometheus(lab, path, **params):
     """GET Prometheus' HTTP API on the head's management address (the firewall lets the lab's management network in:
-    inventories/lab's allowed CIDRs), with the cluster's password (basic auth, the controller's 0600 file) -> data."""
-    url = "http://%s:9090%s?%s" % (lab.mgmt_ip[HEAD], path, urllib.parse.urlencode(params))
-    with open(os.path.join(lab.state_dir, "secrets", "prometheus_password"), encoding="utf-8") as handle:
-        credentials = "dgxspark:%s" % handle.read().strip()
-    request = urllib.request.Request(url, headers={"Authorization": "Basic " + base64.b64encode(credentials.encode()).decode()})
-    with urllib.request.urlopen(request, timeout=30) as response:
-        answer = json.load(response)
-    assert answer["status"] == "success", answer
-    return answer["data"]
+    inventories/lab's allowed CIDRs), with the cluster's password (prometheus_lab) -> data."""
+    return prometheus_lab.api(lab, path, **params)
 
 
 def targets(lab):

@@ -14,7 +14,6 @@ that the API key protects at the engine; now:
     DGXSPARK_LAB_NODES=2 .venv/bin/python -m pytest -m lab tests/lab/test_prometheus_auth_lab.py
 """
 
-import base64
 import json
 import os
 import re
@@ -23,18 +22,17 @@ import socket
 import stat
 import subprocess
 import time
-import urllib.error
-import urllib.request
 
 import pytest
 import yaml
 
+import prometheus_lab
 from ansible_lab import HEAD, REPO, recap, run_playbook
+from prometheus_lab import status
 
 pytestmark = pytest.mark.lab
 
-PORT = 9090
-USER = "dgxspark"
+USER = prometheus_lab.USER
 NODE_PASSWORD = "/etc/dgxspark/secrets/prometheus_password"
 WEB_CONFIG = "/etc/prometheus/dgxspark-web.yml"
 RULESET = "/etc/dgxspark/nftables-dgxspark.nft"
@@ -47,19 +45,6 @@ STAND_IN_PORT = 8001
 STAND_IN_SERVER = ("import signal, socket\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nserver = socket.create_server(('', %d))\n"
                    "while True:\n    server.accept()[0].close()\n" % STAND_IN_PORT)
 PATHS = ["/api/v1/query?query=up", "/api/v1/targets", "/federate?match[]=up", "/metrics", "/graph", "/-/ready"]
-
-
-def status(url, password=None):
-    """The HTTP status of GET url, with Prometheus' user and `password` when given."""
-    request = urllib.request.Request(url)
-    if password is not None:
-        token = base64.b64encode(("%s:%s" % (USER, password)).encode()).decode()
-        request.add_header("Authorization", "Basic " + token)
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status
-    except urllib.error.HTTPError as error:
-        return error.code
 
 
 def answers(address, port):
@@ -99,11 +84,9 @@ def monitored(lab, cluster_rail1, shape):
             rc, out = run_playbook(lab, playbook, *shape, timeout=900)
             assert rc == 0, out[-4000:]
             outputs.append(out)
-        password_file = os.path.join(lab.state_dir, "secrets", "prometheus_password")
-        with open(password_file, encoding="utf-8") as handle:
-            password = handle.read().strip()
+        password_file, password = prometheus_lab.password_file(lab), prometheus_lab.password(lab)
         assert len(password) >= 32
-        base = "http://%s:%d" % (lab.mgmt_ip[HEAD], PORT)
+        base = prometheus_lab.base_url(lab)
         deadline = time.monotonic() + 60
         while status(base + "/-/ready", password) != 200:
             assert time.monotonic() < deadline, "Prometheus is not ready within 60 s"
@@ -111,17 +94,14 @@ def monitored(lab, cluster_rail1, shape):
         yield {"base": base, "password": password, "password_file": password_file, "outputs": outputs, "shape": shape}
 
 
-def test_prometheus_answers_401_without_its_password_and_200_with_it(monitored):
+def test_prometheus_answers_401_without_its_password_and_200_with_it(lab, monitored):
     base, password = monitored["base"], monitored["password"]
     for path in PATHS:
         assert status(base + path) == 401, path
         assert status(base + path, "not-the-password") == 401, path
         assert status(base + path, password[:-1]) == 401, path
         assert status(base + path, password) == 200, path
-    request = urllib.request.Request(base + "/api/v1/query?query=up")
-    request.add_header("Authorization", "Basic " + base64.b64encode(("%s:%s" % (USER, password)).encode()).decode())
-    with urllib.request.urlopen(request, timeout=10) as response:
-        assert json.load(response)["status"] == "success"
+    assert prometheus_lab.api(lab, "/api/v1/query", query="up")["resultType"] == "vector"
 
 
 def test_the_readmes_command_queries_prometheus(lab, monitored):

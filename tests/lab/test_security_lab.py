@@ -16,7 +16,6 @@ node, and each node's rank container holding what Ray's holds with Ray.
     python3 lab/labctl.py up --serving && .venv/bin/python -m pytest -m lab tests/lab/test_security_lab.py
 """
 
-import base64
 import concurrent.futures
 import json
 import os
@@ -30,6 +29,7 @@ import urllib.request
 
 import pytest
 
+import prometheus_lab
 from ansible_lab import BACKEND, HEAD, RAY, VLLM, node_container, recap, run_playbook, says_healthy, serving_lab
 
 pytestmark = pytest.mark.lab
@@ -171,24 +171,13 @@ def test_api_answers_401_without_the_key_and_200_with_it(lab, secrets, deployed)
     assert api_status(url, secrets["vllm_api_key"]) == 200
 
 
-def prometheus_status(url, password=None):
-    request = urllib.request.Request(url)
-    if password is not None:
-        request.add_header("Authorization", "Basic " + base64.b64encode(("dgxspark:" + password).encode()).decode())
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status
-    except urllib.error.HTTPError as error:
-        return error.code
-
-
 def test_prometheus_answers_401_without_its_password_and_200_with_it(lab, secrets, deployed):
     """Issue 49: Prometheus republished the engine's metrics (which the API key protects at the engine) to the networks
     the inventory allows, without credentials."""
-    url = "http://%s:%d/api/v1/query?query=vllm:num_requests_running" % (lab.mgmt_ip[HEAD], PROMETHEUS_PORT)
-    assert prometheus_status(url) == 401
-    assert prometheus_status(url, "not-the-password") == 401
-    assert prometheus_status(url, secrets["prometheus_password"]) == 200
+    url = prometheus_lab.base_url(lab) + "/api/v1/query?query=vllm:num_requests_running"
+    assert prometheus_lab.status(url) == 401
+    assert prometheus_lab.status(url, "not-the-password") == 401
+    assert prometheus_lab.status(url, secrets["prometheus_password"]) == 200
 
 
 def test_every_route_of_the_running_server_needs_the_key_but_health(lab, secrets, deployed):

@@ -483,6 +483,8 @@ def test_plan_makes_the_cluster_ca_once_and_refuses_a_users_certificate_for_anot
     ca = os.path.join(secrets, 'api_tls', 'ca.crt')
     assert 'API: https://spark-2:8000/v1 (TLS generated' in first.stdout and '--cacert %s' % ca in first.stdout
     assert '--ssl-certfile /run/dgxspark/tls/api.crt' in first.stdout
+    assert ("Prometheus: https://spark-2:9090 on spark-2 (TLS with the API's certificate, for spark-2)"
+            in ' '.join(first.stdout.split()).replace("''", "'"))  # the table as YAML prints it: folded, quotes doubled
     made = dict((name, os.stat(os.path.join(secrets, 'api_tls', name)).st_mtime_ns) for name in os.listdir(os.path.join(secrets, 'api_tls')))
     assert run_plan('inventories/2node', '-e', 'dgxspark_api_tls=generated', '-e', 'dgxspark_secrets_dir=' + secrets).returncode == 0
     assert made == dict((name, os.stat(os.path.join(secrets, 'api_tls', name)).st_mtime_ns) for name in made)
@@ -492,3 +494,17 @@ def test_plan_makes_the_cluster_ca_once_and_refuses_a_users_certificate_for_anot
                        '-e', 'dgxspark_api_tls_key_file=%s/api_tls/api.key' % secrets, '-e', 'dgxspark_api_tls_ca_file=' + ca)
     assert refused.returncode != 0
     assert 'is not for 10.9.9.9, the address clients call' in refused.stdout, refused.stdout[-3000:]
+
+
+def test_plan_refuses_prometheus_away_from_the_head_when_it_serves_the_apis_certificate(tmp_path):
+    """Issue 49: with the API's TLS Prometheus serves HTTPS with the API's certificate (the head's names, its key kept on
+    the head): on a worker the plan refuses it, before any node is touched; without TLS the worker is fine."""
+    secrets = str(tmp_path / 'secrets')
+    refused = run_plan('inventories/2node', '-e', 'dgxspark_api_tls=generated', '-e', 'dgxspark_secrets_dir=' + secrets,
+                       '-e', 'monitoring_prometheus_host=spark-3')
+    assert refused.returncode != 0
+    assert ("monitoring_prometheus_host is spark-3, but with dgxspark_api_tls generated Prometheus serves HTTPS with the "
+            "API's certificate, which is for the head's names (spark-2, localhost, 192.168.100.10") in ' '.join(refused.stdout.split())
+    plain = run_plan('inventories/2node', '-e', 'monitoring_prometheus_host=spark-3')
+    assert plain.returncode == 0, plain.stdout[-3000:]
+    assert 'Prometheus: http://spark-3:9090 on spark-3 (plain HTTP' in ' '.join(plain.stdout.split())

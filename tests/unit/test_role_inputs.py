@@ -672,3 +672,74 @@ def test_a_download_needs_the_hugging_face_cache_layout(values, refused):
         return
     [problem] = problems
     assert problem.startswith(LAYOUT + refused) and problem.endswith('(set on every node)'), problem
+
+
+# The plan's api.tls as api_tls.plan_tls makes it: generated (a cluster CA every node holds), files with a public CA's
+# certificate (no CA file: the system's trust store), and off.
+TLS_GENERATED = {'enabled': True, 'mode': 'generated', 'server_name': '10.0.0.5', 'names': ['10.0.0.5', 'spark-alpha'],
+                 'ca_file': '/etc/dgxspark/tls/api-ca.crt',
+                 'controller': {'cert_file': '/keys/api_tls/api.crt', 'key_file': '/keys/api_tls/api.key',
+                                'ca_file': '/keys/api_tls/ca.crt'}}
+TLS_PUBLIC = dict(TLS_GENERATED, mode='files', server_name='api.example', names=['api.example'], ca_file=None,
+                  controller={'cert_file': '/pki/api.pem', 'key_file': '/pki/api.key', 'ca_file': None})
+TLS_OFF = {'enabled': False, 'mode': 'off', 'server_name': None, 'names': [], 'ca_file': None,
+           'controller': {'cert_file': None, 'key_file': None, 'ca_file': None}}
+PROMETHEUS_COPIES = {'cert_file': '/etc/prometheus/dgxspark-tls.crt', 'key_file': '/etc/prometheus/dgxspark-tls.key'}
+
+
+@pytest.mark.parametrize('values, tls, expected', [
+    # TLS off: plain HTTP on the head's address (ansible_host), else its name; the copies' paths stay (the role removes them)
+    ({'spark-alpha': {'ansible_host': '10.0.0.5'}}, TLS_OFF, {
+        'host': 'spark-alpha', 'address': '10.0.0.5', 'port': 9090, 'scheme': 'http', 'url': 'http://10.0.0.5:9090',
+        'local_url': 'http://127.0.0.1:9090',
+        'tls': dict(PROMETHEUS_COPIES, enabled=False, server_name=None, ca_file=None,
+                    controller={'cert_file': None, 'key_file': None, 'ca_file': None})}),
+    ({}, TLS_OFF, {'host': 'spark-alpha', 'address': 'spark-alpha', 'url': 'http://spark-alpha:9090'}),
+    # TLS off, Prometheus on a worker: that worker's address
+    ({'spark-alpha': {'monitoring_prometheus_host': 'spark-beta'}, 'spark-beta': {'ansible_host': '10.0.0.6'}}, TLS_OFF,
+     {'host': 'spark-beta', 'url': 'http://10.0.0.6:9090'}),
+    # generated: https, the cluster CA on the nodes, the name the API's certificate is for, copies from the controller
+    ({'spark-alpha': {'ansible_host': '10.0.0.5'}}, TLS_GENERATED, {
+        'scheme': 'https', 'url': 'https://10.0.0.5:9090', 'local_url': 'https://127.0.0.1:9090',
+        'tls': dict(PROMETHEUS_COPIES, enabled=True, server_name='10.0.0.5', ca_file='/etc/dgxspark/tls/api-ca.crt',
+                    controller=TLS_GENERATED['controller'])}),
+    # a public CA's certificate: no CA file (the system's trust store), the name it is for
+    ({'spark-alpha': {'ansible_host': '10.0.0.5'}}, TLS_PUBLIC, {
+        'url': 'https://10.0.0.5:9090',
+        'tls': dict(PROMETHEUS_COPIES, enabled=True, server_name='api.example', ca_file=None,
+                    controller=TLS_PUBLIC['controller'])}),
+    # Prometheus bound to one address: its own node reaches it there
+    ({'spark-alpha': {'monitoring_prometheus_listen_address': '10.0.0.5'}}, TLS_GENERATED,
+     {'local_url': 'https://10.0.0.5:9090'}),
+])
+def test_the_plan_says_where_prometheus_answers_and_with_which_tls(values, tls, expected):
+    """Issue 49: the plan's serving.prometheus, which the monitoring role serves and every client of Prometheus reads."""
+    endpoint = rn.prometheus_endpoint('spark-alpha', values, 9090, tls)
+    assert dict((key, endpoint[key]) for key in expected) == expected
+
+
+@pytest.mark.parametrize('chosen, tls, refused', [
+    ('', TLS_GENERATED, False),
+    ('spark-alpha', TLS_GENERATED, False),
+    ('spark-beta', TLS_OFF, False),
+    ('spark-beta', TLS_GENERATED, True),
+    ('spark-beta', TLS_PUBLIC, True),
+])
+def test_prometheus_serves_the_apis_certificate_on_the_head_only(chosen, tls, refused):
+    """With the API's TLS Prometheus serves the API's certificate: on a worker, clients would refuse a certificate that
+    names the head, and the API's key would leave the head."""
+    problems = rn.prometheus_tls_problems({'spark-alpha': {'monitoring_prometheus_host': chosen}}, 'spark-alpha', tls)
+    assert bool(problems) is refused
+    if refused:
+        [problem] = problems
+        assert problem.startswith('monitoring_prometheus_host is spark-beta, but with dgxspark_api_tls %s Prometheus serves '
+                                  "HTTPS with the API's certificate, which is for the head's names (%s)"
+                                  % (tls['mode'], ', '.join(tls['names'])))
+        assert problem.endswith('leave monitoring_prometheus_host empty to run Prometheus on the head, or set '
+                                'dgxspark_api_tls: off')
+
+
+def test_prometheus_opened_to_a_network_over_https_is_not_said_to_be_in_clear():
+    values = {'spark-alpha': {'dgxspark_monitoring_allowed_cidrs': ['10.20.0.0/24']}}
+    assert rn.monitoring_reach_warnings(values, 'spark-alpha', tls_enabled=True) == []
+    assert 'turn on dgxspark_api_tls' in rn.monitoring_reach_warnings(values, 'spark-alpha')[0]
