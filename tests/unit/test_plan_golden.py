@@ -21,7 +21,7 @@ from ansible_collections.dgxspark.cluster.plugins.plugin_utils.secrets_dir impor
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ANSIBLE_PLAYBOOK = os.path.join(ROOT, '.venv', 'bin', 'ansible-playbook')
 FIXTURES = os.path.join(ROOT, 'tests', 'unit', 'fixtures', 'plans')
-RECORDED_FROM = 'main at commit 01efb5d1ab31fa587b553bad965d8169103b0d0b; lab again after the shm reader spin switch (1e339c1)'
+RECORDED_FROM = 'main; recorded again for each intended change of the plan, said in its commit (git log -- tests/unit/fixtures/plans)'
 
 pytestmark = pytest.mark.skipif(not os.path.exists(ANSIBLE_PLAYBOOK), reason='run `make setup` first (.venv/bin/ansible-playbook)')
 
