@@ -80,6 +80,19 @@ def container_spec(inspect):
         raise ReleaseError('a docker inspect record without %s' % exc) from exc
 
 
+def named_namespaces(specs, inspects):
+    """The specs with a namespace Docker records as `container:<ID>` (the head's vLLM container joins its Ray container's
+    PID namespace) named `container:<name>` where the ID is one of ``inspects``: a release is the same whatever ID its Ray
+    container got, and putting it back joins the container of that name, not one long gone."""
+    names = dict((i.get('Id'), i.get('Name', '').lstrip('/')) for i in inspects)
+    for spec in specs:
+        for key in ('network_mode', 'ipc_mode', 'pid_mode'):
+            mode = spec.get(key) or ''
+            if mode.startswith('container:') and mode[len('container:'):] in names:
+                spec[key] = 'container:' + names[mode[len('container:'):]]
+    return specs
+
+
 def canonical(data):
     return json.dumps(data, sort_keys=True, separators=(',', ':'))
 

@@ -155,6 +155,7 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils.release import (
     dumps,
     image_tag,
     model_dirs_to_prune,
+    named_namespaces,
     node_digest,
     record,
     restore_order,
@@ -165,7 +166,8 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils.release import (
 
 def read_specs(module, docker, names):
     found = inspect_containers(module.run_command, docker, names)
-    return restore_order([container_spec(found[n]) for n in names if n in found]), [n for n in names if n not in found]
+    specs = named_namespaces([container_spec(found[n]) for n in names if n in found], list(found.values()))
+    return restore_order(specs), [n for n in names if n not in found]
 
 
 def read_history(path):

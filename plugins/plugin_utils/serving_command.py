@@ -32,6 +32,9 @@ PATHS = {
     'tls_dir': TLS_DIR,
 }
 API_KEY_IN_CONTAINER = '/run/secrets/dgxspark/vllm_api_key'
+#: What the head's vLLM start script needs to open the key's file (CAP_DAC_READ_SEARCH) and then to give that up for every
+#: process it starts (CAP_SETPCAP: the bounding set); neither is left to vLLM.
+KEY_READER_CAPABILITIES = ('DAC_READ_SEARCH', 'SETPCAP')
 HF_TOKEN_IN_CONTAINER = '/run/secrets/dgxspark/hf_token'
 RAY_TOKEN_IN_CONTAINER = '/run/secrets/dgxspark/ray_token'
 # The cluster's one Python hash seed (generated once on the controller, kept across releases): the start scripts export it
@@ -143,7 +146,9 @@ def ray_container(plan, host, inputs):
         client_server=inputs['ray_cluster_client_server'], object_store_memory=inputs['ray_cluster_object_store_memory'])
     spec = {'name': inputs['ray_cluster_container_name'], 'image': inputs['ray_cluster_image'], 'script': 'ray-node.sh',
             'argv': argv, 'env': env, 'node_env': node_env, 'volumes': node_serving_volumes(plan, host, inputs),
-            'pid_mode': 'host' if node['role'] == 'head' else None, 'gpus': inputs['ray_cluster_gpus'] == 'all',
+            # Its own PID namespace on every node: nothing of Ray needs the host's processes (the head's vLLM container
+            # joins this one instead, vllm_container).
+            'pid_mode': None, 'gpus': inputs['ray_cluster_gpus'] == 'all',
             'restart_policy': inputs['ray_cluster_restart_policy']}
     spec.update(rdma(inputs))
     return spec
@@ -198,12 +203,21 @@ def vllm_container(plan, host, inputs):
         volumes.append('%s/hf_token:%s:ro' % (PATHS['secrets_dir'], HF_TOKEN_IN_CONTAINER))
     node_rdma = rdma(inputs)
     capabilities = list(inputs['vllm_container_capabilities'] or [])
+    # The key's file is readable only with CAP_DAC_READ_SEARCH (mode 0400 of an owner no process runs as): the start
+    # script opens it with that capability, then drops it and CAP_SETPCAP for good before vLLM starts
+    # (vllm-serve.sh), so that no other process of this container nor of the Ray container can open the file.
+    for name in KEY_READER_CAPABILITIES if head else ():
+        if name not in capabilities:
+            capabilities.append(name)
     for name in node_rdma['capabilities'] if rank else []:  # it registers RDMA memory as Ray's container does
         if name not in capabilities:
             capabilities.append(name)
     return {'name': inputs['vllm_container_name'], 'image': inputs['vllm_container_image'], 'script': 'vllm-serve.sh',
             'argv': argv, 'env': env, 'node_env': [key for key in node_keys if env.get(key) == node_env.get(key)],
-            'volumes': volumes, 'pid_mode': None if rank else 'host', 'gpus': inputs['vllm_container_gpus'] == 'all',
+            # With Ray the driver finds its raylet by scanning the processes it sees (Ray >= 2.55, ray#63923): it joins
+            # the PID namespace of the node's Ray container, never the host's. A rank of mp keeps its own.
+            'volumes': volumes, 'pid_mode': None if rank else 'container:%s' % inputs['ray_cluster_container_name'],
+            'gpus': inputs['vllm_container_gpus'] == 'all',
             'devices': node_rdma['devices'] if rank else None, 'ulimits': node_rdma['ulimits'] if rank else None,
             'capabilities': capabilities, 'restart_policy': inputs['vllm_container_restart_policy'],
             'served_model_name': served, 'hf_token_file': hf_token}

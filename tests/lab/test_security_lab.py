@@ -311,7 +311,9 @@ def test_secret_files_are_0600_root(lab, deployed):
         assert ("ray_token" in names) is (BACKEND == "ray"), (node, names)
         for name in names:
             secret = host.file("%s/%s" % (NODE_SECRETS_DIR, name))
-            assert (secret.user, secret.group, secret.mode) == ("root", "root", 0o600), (node, name, oct(secret.mode))
+            # The API key: 0000, opened only with CAP_DAC_READ_SEARCH (vllm-serve.sh, then dropped; test_isolation_lab.py).
+            mode = 0o000 if name == "vllm_api_key" else 0o600
+            assert (secret.user, secret.group, secret.mode) == ("root", "root", mode), (node, name, oct(secret.mode))
     head_secrets = set(lab.host(HEAD).check_output("ls -A %s" % NODE_SECRETS_DIR).split())
     # vLLM runs with the Hub offline and the download is over: no Hugging Face token is kept where nothing reads it.
     assert "vllm_api_key" in head_secrets and not head_secrets & {"hf_token", "distribute_hf_token"}, head_secrets
@@ -335,23 +337,29 @@ def test_no_serving_process_can_gain_privileges(lab, deployed):
 
 
 def test_each_container_has_only_the_capabilities_and_pid_namespace_it_needs(lab, deployed):
-    # Ray: IPC_LOCK alone (RDMA memory registration); vLLM's API server and engine core: none. The head's two containers
-    # share the node's PID namespace (the driver and its raylet find each other by PID), a worker keeps its own.
+    # Ray: IPC_LOCK alone (RDMA memory registration); vLLM's API server and engine core: none (the head's vLLM
+    # container has the two its start script needs for the key's file and drops, KEY_READER). No container shares the
+    # host's PID namespace: the head's vLLM container joins its Ray container's (the driver finds its raylet by process).
     # mp: every node's rank registers RDMA memory (IPC_LOCK), each in its own PID namespace.
+    key_reader = ["DAC_READ_SEARCH", "SETPCAP"]
     if BACKEND == "ray":
-        expected = dict(((node, RAY), (CAP_IPC_LOCK, ["IPC_LOCK"], "host" if node == HEAD else "")) for node in lab.nodes)
-        expected[(HEAD, VLLM)] = (0, [], "host")
+        expected = dict(((node, RAY), (CAP_IPC_LOCK, ["IPC_LOCK"], "")) for node in lab.nodes)
+        ray_id = lab.host(HEAD).check_output("docker inspect --format '{{.Id}}' %s" % RAY)
+        expected[(HEAD, VLLM)] = (0, key_reader, "container:" + ray_id)
     else:
         expected = dict(((node, VLLM), (CAP_IPC_LOCK, ["IPC_LOCK"], "")) for node in lab.nodes)
+        expected[(HEAD, VLLM)] = (CAP_IPC_LOCK, key_reader + ["IPC_LOCK"], "")
     for (node, container), (caps, added, pid_mode) in expected.items():
         host = lab.host(node)
         config = json.loads(host.check_output("docker inspect --format '{{json .HostConfig}}' %s" % container))
         assert (config["CapDrop"], config["CapAdd"], config["PidMode"]) == (["ALL"], added, pid_mode), (node, container)
-        # What the kernel gives a process inside: the effective and bounding sets hold exactly that.
+        # What the kernel gives a process inside (vLLM's own: what its start script left it; any of Ray's): the
+        # effective and bounding sets hold exactly that.
+        process = "self" if container == RAY else host.check_output(
+            "docker exec %s pgrep -o -f 'bin/vllm serve |--headless'" % container)
         status = dict(line.split(":\t") for line in host.check_output(
-            "docker exec %s grep -E '^Cap(Eff|Bnd)' /proc/self/status" % container).splitlines())
+            "docker exec %s grep -E '^Cap(Eff|Bnd)' /proc/%s/status" % (container, process)).splitlines())
         assert int(status["CapEff"], 16) == caps and int(status["CapBnd"], 16) == caps, (node, container, status)
-    # A worker's container sees its own processes only; with Ray the head's sees the node's (its systemd as PID 1).
-    assert lab.host("spark-beta").check_output("docker exec %s cat /proc/1/comm" % node_container()) != "systemd"
-    head_pid1 = lab.host(HEAD).check_output("docker exec %s cat /proc/1/comm" % node_container())
-    assert (head_pid1 == "systemd") is (BACKEND == "ray"), head_pid1
+    # No container sees the node's processes (its systemd as PID 1).
+    for node in lab.nodes:
+        assert lab.host(node).check_output("docker exec %s cat /proc/1/comm" % node_container()) != "systemd", node

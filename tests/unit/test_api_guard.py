@@ -126,6 +126,27 @@ def test_open_paths_come_from_the_environment_and_the_key_from_its_file_in_a_pro
     assert made == [True, True, True, True]
 
 
+def test_the_key_comes_from_the_start_scripts_descriptor_which_is_then_closed(monkeypatch, tmp_path):
+    key_file = tmp_path / 'vllm_api_key'
+    key_file.write_text(KEY + '\n')
+    number = os.open(str(key_file), os.O_RDONLY)
+    monkeypatch.setenv('DGXSPARK_API_KEY_FD', str(number))
+    monkeypatch.setenv('DGXSPARK_API_KEY_FILE', str(tmp_path / 'not-read'))  # the descriptor wins
+    monkeypatch.setattr(guard, '_not_dumpable', lambda: None)
+    app = guard.KeyOnEveryRoute(None)
+    assert app.authorized({'headers': [(b'authorization', ('Bearer ' + KEY).encode())]})
+    with pytest.raises(OSError):
+        os.fstat(number)  # closed: nothing started later inherits it
+
+
+@pytest.mark.parametrize('number', ['99', 'three'])
+def test_a_descriptor_that_cannot_be_read_refuses_to_start(monkeypatch, number):
+    monkeypatch.setenv('DGXSPARK_API_KEY_FD', number)
+    monkeypatch.setattr(guard, '_not_dumpable', lambda: None)
+    with pytest.raises(RuntimeError, match='the API key cannot be read from DGXSPARK_API_KEY_FD=%s' % number):
+        guard.KeyOnEveryRoute(None)
+
+
 @pytest.mark.parametrize('key_file, error', [
     (None, 'DGXSPARK_API_KEY_FILE is not set; refusing to serve without the API key'),
     ('missing', 'cannot be read (No such file or directory); refusing to serve without the API key'),

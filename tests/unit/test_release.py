@@ -372,3 +372,24 @@ def test_the_backend_a_release_ran_with(node_specs, expected):
 def test_the_backend_of_what_is_not_a_release_is_an_error(record):
     with pytest.raises(AnsibleFilterError, match="release_backend: a release record without its list of containers"):
         release_backend_filter(record)
+
+
+RAY_ID = HEAD[1]["Id"] if HEAD[1]["Name"].lstrip("/") == RAY["name"] else HEAD[0]["Id"]
+
+
+@pytest.mark.parametrize("recorded, named", [
+    ("container:" + RAY_ID, "container:" + RAY["name"]),  # the head's vLLM joins its Ray container: named
+    ("container:0123456789ab", "container:0123456789ab"),  # a container not read here: left as Docker said
+    ("host", "host"),
+    (None, None),
+])
+def test_a_joined_namespace_is_recorded_by_the_containers_name(recorded, named):
+    spec = dict(VLLM, pid_mode=recorded)
+    assert release.named_namespaces([spec], HEAD)[0]["pid_mode"] == named
+
+
+def test_a_release_is_the_same_whatever_id_its_ray_container_got():
+    first = release.named_namespaces([dict(VLLM, pid_mode="container:" + RAY_ID)], HEAD)
+    renamed = [dict(record, Id="f" * 64) if record["Id"] == RAY_ID else record for record in HEAD]
+    second = release.named_namespaces([dict(VLLM, pid_mode="container:" + "f" * 64)], renamed)
+    assert release.spec_digest(first[0]) == release.spec_digest(second[0])

@@ -83,8 +83,24 @@ def test_the_heads_vllm_under_ray_is_the_planned_command():
     assert env['NCCL_IB_HCA'] == NODE_VALUE and spec['node_env'] == ['NCCL_IB_HCA']
     assert json.loads(env['DGXSPARK_RAY_NON_CARRY_OVER'])[:3] == ['GLOO_SOCKET_IFNAME', 'HF_TOKEN', 'HUGGING_FACE_HUB_TOKEN']
     assert '/etc/dgxspark/secrets/vllm_api_key:/run/secrets/dgxspark/vllm_api_key:ro' in spec['volumes']
-    assert 'dgxspark-ray-tmp:/tmp/ray:rw' in spec['volumes'] and spec['pid_mode'] == 'host'
-    assert spec['devices'] is None and spec['capabilities'] == [] and spec['hf_token_file'] is False
+    # The driver joins its Ray container's PID namespace (it finds the raylet by process), never the host's.
+    assert 'dgxspark-ray-tmp:/tmp/ray:rw' in spec['volumes'] and spec['pid_mode'] == 'container:dgxspark-ray'
+    # Only the start script opens the key's file (CAP_DAC_READ_SEARCH), then drops both for vLLM (CAP_SETPCAP).
+    assert spec['devices'] is None and spec['capabilities'] == ['DAC_READ_SEARCH', 'SETPCAP'] and spec['hf_token_file'] is False
+    assert '--pid container:dgxspark-ray' in sc.docker_options(spec) and '--pid host' not in sc.docker_options(spec)
+
+
+@pytest.mark.parametrize('backend, host, container', [
+    ('ray', 'spark-alpha', 'ray'), ('ray', 'spark-gamma', 'ray'), ('mp', 'spark-alpha', 'vllm'), ('mp', 'spark-delta', 'vllm'),
+])
+def test_no_container_shares_the_hosts_pid_namespace(backend, host, container):
+    assert containers(plan_of(backend))[host][container]['pid_mode'] is None
+
+
+def test_rank_0_of_mp_opens_the_key_and_a_headless_rank_has_no_key_capability():
+    found = containers(plan_of('mp'))
+    assert found['spark-alpha']['vllm']['capabilities'] == ['DAC_READ_SEARCH', 'SETPCAP', 'IPC_LOCK']
+    assert found['spark-delta']['vllm']['capabilities'] == ['IPC_LOCK']
 
 
 def test_a_ray_worker_joins_the_heads_rail_1_address_and_keeps_its_own_pid_namespace():

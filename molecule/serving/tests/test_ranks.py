@@ -64,7 +64,9 @@ def test_with_mp_each_rank_has_its_nodes_rdma_access_and_nothing_more(host):
     variables = host.ansible.get_variables()
     devices = [device["PathOnHost"] for device in config["Devices"] or []]
     assert devices == list(variables.get("dgxspark_serving_rdma_devices", ["/dev/infiniband"]))
-    assert (config["CapDrop"], config["CapAdd"]) == (["ALL"], ["IPC_LOCK"])
+    # Rank 0 opens the API key's file (CAP_DAC_READ_SEARCH) and drops that and CAP_SETPCAP before vLLM starts.
+    key_reader = ["DAC_READ_SEARCH", "SETPCAP"] if "DGXSPARK_API_KEY_FILE" in str(vllm_container(host)["Config"]["Env"]) else []
+    assert (config["CapDrop"], config["CapAdd"]) == (["ALL"], key_reader + ["IPC_LOCK"])
     assert config["PidMode"] == "" and "no-new-privileges" in config["SecurityOpt"]
 
 

@@ -1,8 +1,8 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Testinfra checks of vllm_container on the head in both serving scenarios: the endpoint answers with the key and
-refuses without it (401, /health open), the served name is listed, the key is in a 0600 file only (never in docker
-inspect, ps or the log), the container holds no capability but a rank's (mp), and --check --diff on the converged
+refuses without it (401, /health open), the served name is listed, the key is in a 0000 root file only (never in docker
+inspect, ps or the log), the container holds no capability but the two its start script drops (the key) and a rank's (mp), and --check --diff on the converged
 cluster changes nothing.
 (Each node's rank and its options: test_ranks.py.)"""
 
@@ -61,9 +61,10 @@ def test_chat_answers_with_the_key(host, served_name):
     assert json.loads(body)["choices"][0]["message"]["content"]
 
 
-def test_key_only_in_a_0600_file(host):
+def test_key_only_in_a_file_no_container_process_opens(host):
     key_file = host.file(KEY_FILE)
-    assert key_file.mode == 0o600 and key_file.user == "root"
+    # 0000: only a process with CAP_DAC_READ_SEARCH opens it (the start script, root on the node).
+    assert key_file.mode == 0o000 and key_file.user == "root"
     key = key_file.content_string.strip()
     assert len(key) >= 32
     inspect = host.check_output("docker inspect %s" % CONTAINER)
@@ -82,11 +83,14 @@ def test_engine_runs_without_capabilities_or_a_restart_policy(host, backend):
     # The supervisor alone restarts the group (within its budget): Docker must not loop on its own.
     assert container["HostConfig"]["RestartPolicy"]["Name"] == "no"
     assert container["Config"]["Tty"] is True
-    # With Ray: no capability at all (the API server and the engine core need none), the head's PID namespace (its
-    # raylet). With mp it is rank 0 as well (test_ranks.py checks a rank's RDMA access), in its own PID namespace.
+    # With Ray: only what the start script needs to open the key's file and then drop for vLLM (the API server and the
+    # engine core need none), in its Ray container's PID namespace (its raylet), never the host's. With mp it is rank 0
+    # as well (test_ranks.py checks a rank's RDMA access), in its own PID namespace.
     if backend == "ray":
-        assert (container["HostConfig"]["CapDrop"], container["HostConfig"]["CapAdd"]) == (["ALL"], [])
-        assert container["HostConfig"]["PidMode"] == "host"
+        added = ["DAC_READ_SEARCH", "SETPCAP"]
+        assert (container["HostConfig"]["CapDrop"], container["HostConfig"]["CapAdd"]) == (["ALL"], added)
+        ray_id = host.check_output("docker inspect --format '{{.Id}}' dgxspark-ray")
+        assert container["HostConfig"]["PidMode"] == "container:" + ray_id
     else:
         assert container["HostConfig"]["PidMode"] == ""
 

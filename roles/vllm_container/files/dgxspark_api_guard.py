@@ -27,6 +27,9 @@ OPEN_PATHS_ENV = 'DGXSPARK_API_OPEN_PATHS'
 # The mounted 0600 file of the key: the guard reads it itself, so that the key is in no process's environment (vLLM's
 # own VLLM_API_KEY check is not used: this guard covers /v1 too).
 KEY_FILE_ENV = 'DGXSPARK_API_KEY_FILE'
+# The descriptor vllm-serve.sh opened the file on (the file itself needs CAP_DAC_READ_SEARCH, which vLLM does not have):
+# read once, then closed.
+KEY_FD_ENV = 'DGXSPARK_API_KEY_FD'
 PR_SET_DUMPABLE = 4
 DEFAULT_OPEN_PATHS = ('/health',)
 UNAUTHORIZED = json.dumps({'error': 'Unauthorized'}).encode()
@@ -35,6 +38,15 @@ UNAUTHORIZED = json.dumps({'error': 'Unauthorized'}).encode()
 def _digest(key):
     """Compared as the bytes the client sent (a key of any characters, as UTF-8), in constant time."""
     return hashlib.sha256(key).digest()
+
+
+def _read_key_fd(number):
+    try:
+        with os.fdopen(int(number), 'rb') as handle:  # closed on leaving: no later child inherits it
+            return handle.read().rstrip(b'\r\n')
+    except (OSError, ValueError) as exc:
+        raise RuntimeError('dgxspark_api_guard: the API key cannot be read from %s=%s (%s); refusing to serve without the '
+                           'API key' % (KEY_FD_ENV, number, exc))
 
 
 def _read_key(path):
@@ -86,7 +98,8 @@ class KeyOnEveryRoute:
     def __init__(self, app, api_key=None, open_paths=None):
         self.app = app
         if api_key is None:
-            api_key = _read_key(os.environ.get(KEY_FILE_ENV, ''))
+            number = os.environ.get(KEY_FD_ENV)
+            api_key = _read_key_fd(number) if number else _read_key(os.environ.get(KEY_FILE_ENV, ''))
             # The key is now in this process's memory only: none but root with CAP_SYS_PTRACE (no container of ours
             # has it) may read its /proc files, the Ray head's container included, which shares the host's PID namespace.
             _not_dumpable()

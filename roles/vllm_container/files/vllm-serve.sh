@@ -7,13 +7,20 @@
 # 2. with Ray, waits until the Ray cluster can place the engine's GPUs at once (dgxspark_ray_ready.py: the same ready nodes at
 #    two polls, none draining or listed twice; for up to DGXSPARK_SETTLE_S, 60 s, none listed alive without answering):
 #    a placement group made while a worker restarts can wait forever (seen in the lab with Ray 2.60);
-# 3. checks that the API key's mounted 0600 file is there (the API guard reads it; the key is never in argv, an
-#    environment, `docker inspect` or the log);
+# 3. on the head, opens the API key's mounted file (mode 0400, an owner no process runs as: only CAP_DAC_READ_SEARCH opens
+#    it) as fd 3 for the API guard, which reads and closes it (the key is never in argv, an environment, `docker inspect`
+#    or the log); vLLM and every other child start without CAP_DAC_READ_SEARCH and CAP_SETPCAP, so that neither
+#    remote code in vLLM nor a process of the Ray container (same PID namespace, through /proc/PID/root) opens the file;
 # 4. puts the API guard on PYTHONPATH (vLLM imports it for --middleware) and becomes vllm; a headless rank of mp becomes
 #    dgxspark_rank_watch.py with vllm as its child (DGXSPARK_RANK_WATCH: rank 0's rendezvous, HOST:PORT).
 # Before all this it exports the cluster's hash seed (PYTHONHASHSEED, from its mounted file) and checks and applies the
 # model profile's patches, when it has any. Docker's restart policy starts it again when it exits.
 set -u
+# Every child of the head's script runs without the two capabilities that open the key (see 3.); elsewhere none is held.
+capless=()
+if [ -n "${DGXSPARK_API_KEY_FILE:-}" ]; then
+    capless=(setpriv --inh-caps=-all --bounding-set=-dac_read_search,-setpcap --)
+fi
 # The cluster's Python hash seed, from its mounted 0600 file: the same on every rank and after every restart.
 if [ -n "${DGXSPARK_HASH_SEED_FILE:-}" ]; then
     seed=$(cat "$DGXSPARK_HASH_SEED_FILE" 2>/dev/null) || seed=""
@@ -24,7 +31,7 @@ if [ -n "${DGXSPARK_HASH_SEED_FILE:-}" ]; then
 fi
 # The model profile's patches (checked, then applied to this container's vLLM), mounted by ray_cluster.
 if [ -n "${DGXSPARK_PATCHES:-}" ]; then
-    bash "${DGXSPARK_PATCH_DIR:?}/dgxspark-apply-patches.sh" || exit 1
+    "${capless[@]}" bash "${DGXSPARK_PATCH_DIR:?}/dgxspark-apply-patches.sh" || exit 1
 fi
 mkdir -p "${VLLM_CONFIG_ROOT:?VLLM_CONFIG_ROOT is not set}"
 printf '%s\n' "${DGXSPARK_RAY_NON_CARRY_OVER:-[]}" > "$VLLM_CONFIG_ROOT/ray_non_carry_over_env_vars.json"
@@ -32,18 +39,22 @@ printf '%s\n' "${DGXSPARK_RAY_NON_CARRY_OVER:-[]}" > "$VLLM_CONFIG_ROOT/ray_non_
 # The engine's placement group only once the cluster can take it at once (dgxspark_ray_ready.py says why it waits).
 if [ "${DGXSPARK_EXECUTOR:-ray}" = ray ]; then
     need=${DGXSPARK_VLLM_GPUS:?DGXSPARK_VLLM_GPUS (GPUs the engine needs) is not set}
-    python3 "${DGXSPARK_PYTHON_DIR:?DGXSPARK_PYTHON_DIR is not set}/dgxspark_ray_ready.py" "$need" "${DGXSPARK_SETTLE_S:-60}" || exit 1
+    "${capless[@]}" python3 "${DGXSPARK_PYTHON_DIR:?DGXSPARK_PYTHON_DIR is not set}/dgxspark_ray_ready.py" "$need" "${DGXSPARK_SETTLE_S:-60}" || exit 1
 fi
 
 # The API guard (--middleware dgxspark_api_guard.KeyOnEveryRoute) reads the key from its file itself: the key is in no
 # process's environment (where /proc/PID/environ shows it to the host's PID namespace), and vLLM's own check is not used.
-if [ -n "${DGXSPARK_API_KEY_FILE:-}" ] && [ ! -s "$DGXSPARK_API_KEY_FILE" ]; then
-    echo "vllm-serve.sh: the API key file $DGXSPARK_API_KEY_FILE is missing or empty" >&2
-    exit 1
+if [ -n "${DGXSPARK_API_KEY_FILE:-}" ]; then
+    if [ ! -s "$DGXSPARK_API_KEY_FILE" ] || ! exec 3<"$DGXSPARK_API_KEY_FILE"; then
+        echo "vllm-serve.sh: the API key file $DGXSPARK_API_KEY_FILE is missing, empty or cannot be opened" >&2
+        exit 1
+    fi
+    # Opened as late as possible: the guard reads fd 3 and closes it.
+    export DGXSPARK_API_KEY_FD=3
 fi
 export PYTHONPATH="$DGXSPARK_PYTHON_DIR${PYTHONPATH:+:$PYTHONPATH}"
 # A headless rank (mp) under its watch: it ends when rank 0's rendezvous is gone (vLLM #32136), and Docker starts it again.
 if [ -n "${DGXSPARK_RANK_WATCH:-}" ]; then
-    exec python3 "$DGXSPARK_PYTHON_DIR/dgxspark_rank_watch.py" "${DGXSPARK_RANK_WATCH%:*}" "${DGXSPARK_RANK_WATCH##*:}" -- vllm "$@"
+    exec "${capless[@]}" python3 "$DGXSPARK_PYTHON_DIR/dgxspark_rank_watch.py" "${DGXSPARK_RANK_WATCH%:*}" "${DGXSPARK_RANK_WATCH##*:}" -- vllm "$@"
 fi
-exec vllm "$@"
+exec "${capless[@]}" vllm "$@"

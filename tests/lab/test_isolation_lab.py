@@ -1,0 +1,216 @@
+"""The engine's API key against every other container of its node (issue 49, item 4), on a 2-node lab.
+
+The API server holds the key; no other process may get it: not a process of the Ray container (root, an unprivileged
+user, or a Ray task that a Ray-token holder submits), not a process that vLLM itself starts (a model's remote code: the
+probe runs in the engine's container without the start script's two capabilities, as vLLM's children do), not a process
+of another node's container. Each probe, from inside, reads every process it can see: /proc/PID/cmdline, environ and
+mem, the key's path in its own container and through /proc/PID/root, and the test searches what came back for the key
+(the key never goes to the node). The containers of the collection keep their own PID namespace, none the host's: the
+head's vLLM container joins its Ray container's (Ray's driver finds its raylet by scanning processes, ray#63923).
+
+Seen failing on the old behaviour (both containers in the host's PID namespace, the key file 0600 root): from the Ray
+container as root, /proc/PID/root/run/secrets/dgxspark/vllm_api_key of the engine core and of the API server (before its
+guard made it non-dumpable) gave the key; remote code in the engine's container read the file directly.
+
+    DGXSPARK_LAB_NODES=2 .venv/bin/python -m pytest -m lab tests/lab/test_isolation_lab.py   (DGXSPARK_LAB_BACKEND=mp too)
+"""
+
+import json
+import os
+
+import pytest
+import yaml
+
+from ansible_lab import BACKEND, RAY, REPO, VLLM, extra_vars, node_container, playbook_ok, serving_lab
+
+pytestmark = pytest.mark.lab
+
+HEAD, WORKER = "spark-alpha", "spark-beta"
+KEY_IN_CONTAINER = "/run/secrets/dgxspark/vllm_api_key"
+TWO_NODE_VARS_FILE = os.path.join(REPO, "molecule", "shared", "group_vars", "all", "20-two-node-cluster.yml")
+# A process vLLM starts: the start script's capabilities for the key are gone (files/vllm-serve.sh).
+AS_VLLM_CHILD = "setpriv --inh-caps=-all --bounding-set=-dac_read_search,-setpcap --"
+NOBODY = "65534:65534"
+
+# Run inside a container (python3 -) or a Ray task (probe()): what this process can read of every process it sees.
+PROBE = r'''
+import json
+import os
+
+
+def _read(path, size=1 << 16):
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(size).decode("latin-1")
+    except OSError as exc:
+        return "error: %s" % exc.strerror
+
+
+def _memory(pid):
+    """Up to 64 KiB of each readable mapping (its heap and stacks included) or why none can be read."""
+    try:
+        with open("/proc/%s/maps" % pid) as maps:
+            spans = [line.split()[:2] for line in maps.read().splitlines()]
+        handle = open("/proc/%s/mem" % pid, "rb")
+    except OSError as exc:
+        return "error: %s" % exc.strerror
+    read = []
+    with handle:
+        for span, perms in spans:
+            if perms.startswith("r"):
+                try:
+                    handle.seek(int(span.split("-")[0], 16))
+                    read.append(handle.read(1 << 16).decode("latin-1"))
+                except (OSError, ValueError, OverflowError):
+                    pass
+    return "".join(read) if read else "error: no mapping could be read"
+
+
+def probe(key_path):
+    me = os.getpid()
+    found = {"uid": os.getuid(), "key file": _read(key_path), "processes": {}}
+    for pid in sorted(p for p in os.listdir("/proc") if p.isdigit() and int(p) != me and int(p) != os.getppid()):
+        found["processes"][pid] = {
+            "cmdline": _read("/proc/%s/cmdline" % pid).replace("\0", " "),
+            "environ": _read("/proc/%s/environ" % pid),
+            "key through root": _read("/proc/%s/root%s" % (pid, key_path)),
+            "mem": _memory(pid),
+        }
+    return found
+
+
+if __name__ == "__main__":
+    print(json.dumps(probe(KEY_PATH)))
+'''
+
+# A Ray task that a Ray-token holder submits from inside the head's Ray container, placed on the head's node.
+RAY_TASK = r'''
+import json
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+ray.init(address="auto", logging_level="ERROR", log_to_driver=False)
+
+
+@ray.remote(num_cpus=0)
+def run(source, key_path):
+    scope = {"__name__": "probe"}
+    exec(source, scope)
+    return scope["probe"](key_path)
+
+
+here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+print(json.dumps(ray.get(run.options(scheduling_strategy=here).remote(SOURCE, KEY_PATH), timeout=120)))
+'''
+
+
+def probe_source(key_path=KEY_IN_CONTAINER):
+    return "KEY_PATH = %r\n%s" % (key_path, PROBE)
+
+
+def run_probe(lab, node, container, user="0:0", prefix=""):
+    """What a process of ``container`` on ``node`` (as ``user``, under ``prefix``) reads of every process it sees."""
+    command = "docker exec -i -u %s %s %s python3 -" % (user, container, prefix)
+    result = lab.host(node).run("printf '%%s' %s | %s" % (_quoted(probe_source()), command))
+    assert result.rc == 0, (node, container, user, result.stderr[-2000:])
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def run_ray_task(lab):
+    script = "SOURCE = %r\nKEY_PATH = %r\n%s" % (PROBE, KEY_IN_CONTAINER, RAY_TASK)
+    result = lab.host(HEAD).run("printf '%%s' %s | docker exec -i %s python3 -" % (_quoted(script), RAY))
+    assert result.rc == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def _quoted(text):
+    return "'" + text.replace("'", "'\"'\"'") + "'"
+
+
+def leaks(found, key):
+    """Where ``found`` (a probe's answer) shows the key, and the server's memory if it could be read at all."""
+    where = ["the key file"] if key in found["key file"] else []
+    for pid, process in found["processes"].items():
+        where += ["%s of %s (%s)" % (what, pid, process["cmdline"][:60])
+                  for what in ("cmdline", "environ", "key through root", "mem") if key in process[what]]
+        if "vllm serve " in process["cmdline"] and not process["mem"].startswith("error: "):
+            where.append("the memory of the API server %s" % pid)
+    return where
+
+
+def controller_key(lab):
+    with open(os.path.join(lab.state_dir, "secrets", "vllm_api_key")) as handle:
+        return handle.read().strip()
+
+
+@pytest.fixture(scope="module")
+def deployed(lab):
+    """The 2-node shape (seed 003's, as molecule deploys it) with the lab's backend, skipping the phases no probe needs."""
+    serving_lab(lab, 2)
+    with open(TWO_NODE_VARS_FILE, encoding="utf-8") as handle:
+        two_node = yaml.safe_load(handle)
+    playbook_ok(lab, "deploy.yml", "--skip-tags", "os,monitoring",
+                *extra_vars(two_node, dgxspark_tensor_parallel_size=2))
+    return lab
+
+
+def test_no_container_of_the_collection_shares_the_hosts_pid_namespace(deployed):
+    for node in deployed.nodes:
+        host = deployed.host(node)
+        modes = dict(line.split(" ", 1) for line in host.check_output(
+            "docker inspect --format '{{.Name}} {{.HostConfig.PidMode}}' $(docker ps -q)").splitlines())
+        assert "host" not in modes.values(), (node, modes)
+        if BACKEND == "ray" and node == HEAD:
+            ray_id = host.check_output("docker inspect --format '{{.Id}}' %s" % RAY)
+            # The driver and its raylet in one namespace, the Ray container's own.
+            assert modes == {"/" + RAY: "", "/" + VLLM: "container:" + ray_id}, modes
+        else:
+            assert set(modes.values()) == {""}, (node, modes)
+
+
+def test_the_server_holds_the_key_and_the_file_needs_a_capability(deployed):
+    host = deployed.host(HEAD)
+    key_file = host.file("/etc/dgxspark/secrets/vllm_api_key")
+    assert (key_file.user, key_file.mode) == ("root", 0o000)
+    # The server got it from the start script's descriptor and closed it: no process of the container keeps it open.
+    fds = host.run("docker exec %s sh -c 'ls -l /proc/[0-9]*/fd 2>/dev/null'" % VLLM).stdout
+    assert "vllm_api_key" not in fds
+    server = host.check_output("docker exec %s pgrep -o -f 'bin/vllm serve '" % VLLM)
+    status = host.check_output("docker exec %s grep -E '^Cap(Eff|Prm|Bnd)' /proc/%s/status" % (VLLM, server))
+    cap_dac_read_search, cap_setpcap = 1 << 2, 1 << 8
+    for line in status.splitlines():
+        assert not int(line.split()[1], 16) & (cap_dac_read_search | cap_setpcap), status
+
+
+@pytest.mark.parametrize("who", ["root", "an unprivileged user"])
+def test_no_process_of_another_container_reads_the_key(deployed, who):
+    key = controller_key(deployed)
+    user = "0:0" if who == "root" else NOBODY
+    # Every container on the engine's node but its own, then every container of the other node.
+    others = [(HEAD, RAY)] if BACKEND == "ray" else []
+    others += [(WORKER, node_container())]
+    for node, container in others:
+        found = run_probe(deployed, node, container, user=user)
+        assert not leaks(found, key), (node, container, who, leaks(found, key))
+    if BACKEND == "ray":
+        # The probe from the head's Ray container saw the engine's processes (the same PID namespace): it was tried.
+        seen = run_probe(deployed, HEAD, RAY, user=user)["processes"].values()
+        assert any("vllm serve " in process["cmdline"] for process in seen)
+
+
+def test_no_process_that_vllm_starts_reads_the_key(deployed):
+    """A model's remote code runs in the engine's processes: in its container, without the start script's capabilities."""
+    key = controller_key(deployed)
+    for user in ("0:0", NOBODY):
+        found = run_probe(deployed, HEAD, VLLM, user=user, prefix=AS_VLLM_CHILD if user == "0:0" else "")
+        assert "vllm serve " in " ".join(p["cmdline"] for p in found["processes"].values()), "the server was not seen"
+        assert not leaks(found, key), (user, leaks(found, key))
+
+
+@pytest.mark.skipif(BACKEND != "ray", reason="a Ray task needs the Ray backend")
+def test_a_ray_task_on_the_engines_node_does_not_read_the_key(deployed):
+    key = controller_key(deployed)
+    found = run_ray_task(deployed)
+    assert found["processes"], "the Ray task saw no process"
+    assert any("vllm serve " in process["cmdline"] for process in found["processes"].values())
+    assert not leaks(found, key), leaks(found, key)
