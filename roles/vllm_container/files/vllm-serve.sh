@@ -19,7 +19,7 @@ set -u
 # Every child of the head's script runs without the two capabilities that open the key (see 3.); elsewhere none is held.
 capless=()
 if [ -n "${DGXSPARK_API_KEY_FILE:-}" ]; then
-    capless=(setpriv --inh-caps=-all --bounding-set=-dac_read_search,-setpcap --)
+    capless=(setpriv --inh-caps=-all '--bounding-set=-dac_read_search,-setpcap' --)
 fi
 # The cluster's Python hash seed, from its mounted 0600 file: the same on every rank and after every restart.
 if [ -n "${DGXSPARK_HASH_SEED_FILE:-}" ]; then
