@@ -177,9 +177,16 @@ def test_the_server_holds_the_key_and_the_file_needs_a_capability(deployed):
     host = deployed.host(HEAD)
     key_file = host.file("/etc/dgxspark/secrets/vllm_api_key")
     assert (key_file.user, key_file.mode) == ("root", 0o000)
-    # The server got it from the start script's descriptor and closed it: no process of the container keeps it open.
-    fds = host.run("docker exec %s sh -c 'ls -l /proc/[0-9]*/fd 2>/dev/null'" % VLLM).stdout
-    assert "vllm_api_key" not in fds
+    # The server's first act (the guard's main) read the start script's descriptor and closed it, before vLLM forked its
+    # engine core: no process of the container holds it (a child forked with it open would keep it for good, where a
+    # model's remote code reads fd 3 itself and pidfd_getfd or /proc/PID/fd would find it). Read from the node, which
+    # sees the non-dumpable server's descriptors too.
+    processes = host.check_output("docker top %s -eo pid,args" % VLLM).splitlines()[1:]
+    assert any("EngineCore" in line for line in processes), processes  # the fork happened: the check means something
+    for pid in (line.split()[0] for line in processes):
+        fds = host.run("ls -l /proc/%s/fd" % pid)
+        assert "vllm_api_key" not in fds.stdout, pid
+        assert fds.rc == 0 or not host.file("/proc/%s" % pid).exists, (pid, fds.stderr)  # unless it has ended since
     server = host.check_output("docker exec %s pgrep -o -f 'bin/vllm serve '" % VLLM)
     status = host.check_output("docker exec %s grep -E '^Cap(Eff|Prm|Bnd)' /proc/%s/status" % (VLLM, server))
     cap_dac_read_search, cap_setpcap = 1 << 2, 1 << 8

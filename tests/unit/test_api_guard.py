@@ -16,6 +16,13 @@ guard = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(guard)
 
 KEY = 'k3y-of-the-lab'
+FILES = os.path.join(HERE, '..', '..', 'roles', 'vllm_container', 'files')
+
+
+@pytest.fixture(autouse=True)
+def nothing_taken_yet(monkeypatch):
+    """Each test starts as a fresh vLLM process: no key taken from a descriptor before it."""
+    monkeypatch.setattr(guard, '_TAKEN', {})
 
 
 def call(path, method='GET', authorization=None, kind='http', root_path='', **guard_options):
@@ -139,12 +146,66 @@ def test_the_key_comes_from_the_start_scripts_descriptor_which_is_then_closed(mo
         os.fstat(number)  # closed: nothing started later inherits it
 
 
-@pytest.mark.parametrize('number', ['99', 'three'])
-def test_a_descriptor_that_cannot_be_read_refuses_to_start(monkeypatch, number):
+@pytest.mark.parametrize('number, content, error', [
+    ('99', None, 'the API key cannot be read from DGXSPARK_API_KEY_FD=99'),
+    ('three', None, 'the API key cannot be read from DGXSPARK_API_KEY_FD=three'),
+    (None, '\n', 'the API key is empty; refusing to serve without it'),
+    (None, 'k' * 4097, r'the API key cannot be read from DGXSPARK_API_KEY_FD=\d+ \(longer than 4096 bytes\)'),
+])
+def test_a_descriptor_that_cannot_be_read_refuses_to_start(monkeypatch, tmp_path, number, content, error):
+    if content is not None:
+        key_file = tmp_path / 'vllm_api_key'
+        key_file.write_text(content)
+        number = str(os.open(str(key_file), os.O_RDONLY))
     monkeypatch.setenv('DGXSPARK_API_KEY_FD', number)
     monkeypatch.setattr(guard, '_not_dumpable', lambda: None)
-    with pytest.raises(RuntimeError, match='the API key cannot be read from DGXSPARK_API_KEY_FD=%s' % number):
+    with pytest.raises(RuntimeError, match=error):
         guard.KeyOnEveryRoute(None)
+    if content is not None:
+        with pytest.raises(OSError):
+            os.fstat(int(number))  # closed even so
+
+
+# Stands for vLLM's console script: it forks (as vLLM forks its engine core) before it loads the middleware.
+FORKING_VLLM = r'''
+import json, os, sys
+import dgxspark_api_guard
+pid = os.fork()
+if pid == 0:
+    try:
+        os.fstat(3)
+        os._exit(3)  # the child holds the key's descriptor
+    except OSError:
+        os._exit(0)
+child_status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+app = dgxspark_api_guard.KeyOnEveryRoute(None)
+print(json.dumps({"name": __name__, "argv": sys.argv, "child": child_status,
+                  "variable": os.environ.get("DGXSPARK_API_KEY_FD"),
+                  "authorized": app.authorized({"headers": [(b"authorization", b"Bearer " + sys.argv[-1].encode())]}),
+                  "wrong key": app.authorized({"headers": [(b"authorization", b"Bearer nope")]})}))
+'''
+
+
+def test_the_guards_main_takes_the_key_and_closes_its_descriptor_before_vllm_forks(tmp_path):
+    key_file = tmp_path / 'vllm_api_key'
+    key_file.write_text(KEY + '\n')
+    script = tmp_path / 'vllm'
+    script.write_text(FORKING_VLLM)
+    env = dict(os.environ, PYTHONPATH=FILES, DGXSPARK_API_KEY_FD='3', DGXSPARK_API_KEY_FILE=str(tmp_path / 'not-read'))
+    # As vllm-serve.sh starts it: fd 3 opened by the shell, then exec.
+    command = 'exec 3<"$0"; exec "$1" "$2" "$3" serve "$4"'
+    result = subprocess.run(['bash', '-c', command, str(key_file), sys.executable, os.path.join(FILES, 'dgxspark_api_guard.py'),
+                             str(script), KEY], env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    found = json.loads(result.stdout)
+    assert found == {'name': '__main__', 'argv': [str(script), 'serve', KEY], 'child': 0, 'variable': None,
+                     'authorized': True, 'wrong key': False}, found
+
+
+def test_the_guards_main_says_how_to_call_it():
+    result = subprocess.run([sys.executable, os.path.join(FILES, 'dgxspark_api_guard.py')], capture_output=True, text=True,
+                            timeout=60, check=False)
+    assert result.returncode == 2 and 'usage: dgxspark_api_guard.py VLLM_SCRIPT ARGS...' in result.stderr
 
 
 @pytest.mark.parametrize('key_file, error', [

@@ -1,8 +1,10 @@
 """vllm-serve.sh (roles/vllm_container/files), the vLLM container's main process, run with a stand-in `vllm` on PATH:
 the cluster's hash seed from its mounted file becomes vLLM's PYTHONHASHSEED (issue 50, item 8); a missing or broken file
-stops the container with a message instead of a start with a random seed."""
+stops the container with a message instead of a start with a random seed. On the head, vLLM starts with the API key
+taken from fd 3 and fd 3 closed (issue 49, item 4)."""
 
 import os
+import shutil
 import subprocess
 
 import pytest
@@ -33,3 +35,36 @@ def test_vllm_starts_with_the_clusters_hash_seed(tmp_path, seed, rc, says):
     proc = subprocess.run(["bash", SCRIPT, "serve", "m"], env=env, capture_output=True, text=True, timeout=30, check=False)
     assert proc.returncode == rc, proc.stderr
     assert says in (proc.stdout if rc == 0 else proc.stderr), (proc.stdout, proc.stderr)
+
+
+# Stands for vLLM's console script: what it finds when it starts, in the process the guard's main runs it in.
+PYTHON_STUB = '''import os, sys
+import dgxspark_api_guard
+try:
+    os.fstat(3)
+    held = "held"
+except OSError:
+    held = "closed"
+print("vllm", " ".join(sys.argv[1:]), "fd3", held, "taken", bool(dgxspark_api_guard._TAKEN.get("digest")),
+      "variable", os.environ.get("DGXSPARK_API_KEY_FD"))
+'''
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="drops capabilities: root and setpriv")
+def test_the_heads_vllm_starts_with_the_key_taken_and_its_descriptor_closed(tmp_path):
+    """On the head the script opens the key's file as fd 3 and starts vLLM through the guard's main, which takes the key
+    and closes fd 3 before vLLM runs (and forks its engine core, issue 49 item 4)."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "vllm").write_text(PYTHON_STUB)
+    (bindir / "vllm").chmod(0o755)
+    key_file = tmp_path / "vllm_api_key"
+    key_file.write_text("k3y-of-the-lab")
+    env = dict(os.environ, PATH="%s:%s" % (bindir, os.environ["PATH"]), DGXSPARK_EXECUTOR="mp",
+               VLLM_CONFIG_ROOT=str(tmp_path / "config"), DGXSPARK_PYTHON_DIR=os.path.dirname(SCRIPT),
+               DGXSPARK_API_KEY_FILE=str(key_file))
+    for name in ("DGXSPARK_PATCHES", "DGXSPARK_RANK_WATCH", "DGXSPARK_HASH_SEED_FILE", "PYTHONPATH"):
+        env.pop(name, None)
+    proc = subprocess.run(["bash", SCRIPT, "serve", "m"], env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "vllm serve m fd3 closed taken True variable None", proc.stdout

@@ -8,12 +8,18 @@ vLLM checks VLLM_API_KEY only on paths under /v1: `POST /invocations` (a whole c
 This pure ASGI middleware (no import beyond the standard library, so it works with any vLLM that has `--middleware`)
 answers 401 on every path, /v1 included, but the open ones (DGXSPARK_API_OPEN_PATHS, a JSON list; default ["/health"],
 what load balancers and our readiness probe read) unless the request carries `Authorization: Bearer <key>`.
-It reads the key from the file DGXSPARK_API_KEY_FILE names, and vLLM is given none: an environment variable would
-show in /proc/PID/environ to every process of the host's PID namespace (the Ray head's container shares it), and
-this process becomes non-dumpable, so that its memory and /proc files need CAP_SYS_PTRACE.
+It reads the key from the descriptor DGXSPARK_API_KEY_FD or the file DGXSPARK_API_KEY_FILE names, and vLLM is given
+none: an environment variable would show in /proc/PID/environ to every process of its PID namespace (the Ray
+container's, which the head's vLLM container joins), and this process becomes non-dumpable, so that its memory and
+/proc files need CAP_SYS_PTRACE.
 A CORS preflight (OPTIONS with Origin and Access-Control-Request-Method) without the key reaches vLLM's CORS middleware,
 but only the answer's status and headers come back: prometheus_client's /metrics answers every method with the metrics.
 Without a key it refuses to start: a guard that lets everything through must not look like one.
+
+On the head vllm-serve.sh starts vLLM through this file (`python3 dgxspark_api_guard.py VLLM_SCRIPT ARGS...`): it takes
+the key from the descriptor the script opened (DGXSPARK_API_KEY_FD), keeps only its sha256 and closes the descriptor,
+then runs vLLM in the same process. vLLM forks its engine core (and mp's workers, where a model's remote code runs)
+before it loads the middleware: a descriptor still open then would be theirs for good.
 """
 
 import ctypes
@@ -22,14 +28,20 @@ import hashlib
 import hmac
 import json
 import os
+import runpy
+import sys
 
 OPEN_PATHS_ENV = 'DGXSPARK_API_OPEN_PATHS'
 # The mounted 0600 file of the key: the guard reads it itself, so that the key is in no process's environment (vLLM's
 # own VLLM_API_KEY check is not used: this guard covers /v1 too).
 KEY_FILE_ENV = 'DGXSPARK_API_KEY_FILE'
 # The descriptor vllm-serve.sh opened the file on (the file itself needs CAP_DAC_READ_SEARCH, which vLLM does not have):
-# read once, then closed.
+# read once, then closed, before vLLM starts (take_key_from_fd).
 KEY_FD_ENV = 'DGXSPARK_API_KEY_FD'
+# A key file longer than this is not a key.
+KEY_MAX_BYTES = 4096
+# The sha256 of the key taken from the descriptor before vLLM started: what the middleware compares with.
+_TAKEN = {}
 PR_SET_DUMPABLE = 4
 DEFAULT_OPEN_PATHS = ('/health',)
 UNAUTHORIZED = json.dumps({'error': 'Unauthorized'}).encode()
@@ -40,13 +52,42 @@ def _digest(key):
     return hashlib.sha256(key).digest()
 
 
-def _read_key_fd(number):
+def _digest_of_fd(number):
+    """The sha256 of the key on descriptor ``number``, which is closed whatever happens. The key goes into one buffer,
+    zeroed once hashed: no copy of it stays in this process's memory, which the engine core's fork inherits."""
+    buffer = bytearray(KEY_MAX_BYTES + 1)
     try:
-        with os.fdopen(int(number), 'rb') as handle:  # closed on leaving: no later child inherits it
-            return handle.read().rstrip(b'\r\n')
+        fd = int(number)
+        try:
+            size = 0
+            while size < len(buffer):
+                read = os.readv(fd, [memoryview(buffer)[size:]])
+                if not read:
+                    break
+                size += read
+        finally:
+            os.close(fd)
+        if size > KEY_MAX_BYTES:
+            raise ValueError('longer than %d bytes' % KEY_MAX_BYTES)
+        while size and buffer[size - 1] in b'\r\n':
+            size -= 1
+        if not size:
+            raise RuntimeError('dgxspark_api_guard: the API key is empty; refusing to serve without it')
+        return _digest(memoryview(buffer)[:size])
     except (OSError, ValueError) as exc:
         raise RuntimeError('dgxspark_api_guard: the API key cannot be read from %s=%s (%s); refusing to serve without the '
                            'API key' % (KEY_FD_ENV, number, exc))
+    finally:
+        buffer[:] = bytes(len(buffer))
+
+
+def take_key_from_fd(environ=None):
+    """Before vLLM starts: the key's sha256 from the descriptor DGXSPARK_API_KEY_FD names, which is closed, and the
+    variable removed, so that no process vLLM starts later (forked or not) holds the descriptor or looks for it."""
+    environ = os.environ if environ is None else environ
+    number = environ.pop(KEY_FD_ENV, None)
+    if number:
+        _TAKEN['digest'] = _digest_of_fd(number)
 
 
 def _read_key(path):
@@ -98,18 +139,22 @@ class KeyOnEveryRoute:
     def __init__(self, app, api_key=None, open_paths=None):
         self.app = app
         if api_key is None:
-            number = os.environ.get(KEY_FD_ENV)
-            api_key = _read_key_fd(number) if number else _read_key(os.environ.get(KEY_FILE_ENV, ''))
-            # The key is now in this process's memory only: none but root with CAP_SYS_PTRACE (no container of ours
-            # has it) may read its /proc files, the Ray head's container included, which shares the host's PID namespace.
+            take_key_from_fd()  # started without this file's main (a test, a hand-made run): the descriptor now
+            self._key = _TAKEN.get('digest') or self._digest_of(_read_key(os.environ.get(KEY_FILE_ENV, '')))
+            # None but root with CAP_SYS_PTRACE (no container of ours has it) may read this process's /proc files from
+            # now on, the processes of its Ray container included, which share its PID namespace.
             _not_dumpable()
-        key = api_key.encode('utf-8') if isinstance(api_key, str) else bytes(api_key)
-        if not key:
-            raise RuntimeError('dgxspark_api_guard: the API key is empty; refusing to serve without it')
-        self._key = _digest(key)
+        else:
+            self._key = self._digest_of(api_key.encode('utf-8') if isinstance(api_key, str) else bytes(api_key))
         if open_paths is None:
             open_paths = json.loads(os.environ.get(OPEN_PATHS_ENV) or json.dumps(DEFAULT_OPEN_PATHS))
         self.open_paths = frozenset(open_paths)
+
+    @staticmethod
+    def _digest_of(key):
+        if not key:
+            raise RuntimeError('dgxspark_api_guard: the API key is empty; refusing to serve without it')
+        return _digest(key)
 
     def authorized(self, scope):
         for name, value in scope.get('headers') or ():
@@ -137,3 +182,20 @@ class KeyOnEveryRoute:
                     'headers': [(b'content-type', b'application/json'), (b'www-authenticate', b'Bearer'),
                                 (b'content-length', str(len(UNAUTHORIZED)).encode())]})
         return await send({'type': 'http.response.body', 'body': UNAUTHORIZED})
+
+
+def main(argv):
+    """python3 dgxspark_api_guard.py VLLM_SCRIPT ARGS...: the key from its descriptor first, then vLLM in this process."""
+    if len(argv) < 2:
+        sys.stderr.write('usage: dgxspark_api_guard.py VLLM_SCRIPT ARGS...\n')
+        return 2
+    # vLLM imports the middleware as dgxspark_api_guard: the key goes there, not into this __main__.
+    import dgxspark_api_guard  # pylint: disable=import-self
+    dgxspark_api_guard.take_key_from_fd()
+    sys.argv = argv[1:]
+    runpy.run_path(argv[1], run_name='__main__')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main(sys.argv))

@@ -7,12 +7,14 @@
 # 2. with Ray, waits until the Ray cluster can place the engine's GPUs at once (dgxspark_ray_ready.py: the same ready nodes at
 #    two polls, none draining or listed twice; for up to DGXSPARK_SETTLE_S, 60 s, none listed alive without answering):
 #    a placement group made while a worker restarts can wait forever (seen in the lab with Ray 2.60);
-# 3. on the head, opens the API key's mounted file (mode 0400, an owner no process runs as: only CAP_DAC_READ_SEARCH opens
-#    it) as fd 3 for the API guard, which reads and closes it (the key is never in argv, an environment, `docker inspect`
-#    or the log); vLLM and every other child start without CAP_DAC_READ_SEARCH and CAP_SETPCAP, so that neither
-#    remote code in vLLM nor a process of the Ray container (same PID namespace, through /proc/PID/root) opens the file;
-# 4. puts the API guard on PYTHONPATH (vLLM imports it for --middleware) and becomes vllm; a headless rank of mp becomes
-#    dgxspark_rank_watch.py with vllm as its child (DGXSPARK_RANK_WATCH: rank 0's rendezvous, HOST:PORT).
+# 3. on the head, opens the API key's mounted file (mode 0000: only CAP_DAC_READ_SEARCH opens it) as fd 3 for the API
+#    guard (the key is never in argv, an environment, `docker inspect` or the log); vLLM and every other child start
+#    without CAP_DAC_READ_SEARCH and CAP_SETPCAP, so that neither remote code in vLLM nor a process of the Ray container
+#    (same PID namespace, through /proc/PID/root) opens the file;
+# 4. puts the API guard on PYTHONPATH (vLLM imports it for --middleware) and becomes vllm; on the head through the guard's
+#    main (python3 dgxspark_api_guard.py VLLM ...), which reads fd 3 and closes it before vLLM forks its engine core (a
+#    child forked with fd 3 open would hold it for good); a headless rank of mp becomes dgxspark_rank_watch.py with vllm
+#    as its child (DGXSPARK_RANK_WATCH: rank 0's rendezvous, HOST:PORT).
 # Before all this it exports the cluster's hash seed (PYTHONHASHSEED, from its mounted file) and checks and applies the
 # model profile's patches, when it has any. Docker's restart policy starts it again when it exits.
 set -u
@@ -49,12 +51,16 @@ if [ -n "${DGXSPARK_API_KEY_FILE:-}" ]; then
         echo "vllm-serve.sh: the API key file $DGXSPARK_API_KEY_FILE is missing, empty or cannot be opened" >&2
         exit 1
     fi
-    # Opened as late as possible: the guard reads fd 3 and closes it.
+    # Opened as late as possible: the guard's main reads fd 3 and closes it before vLLM starts (see 4.).
     export DGXSPARK_API_KEY_FD=3
+    vllm_script=$(command -v vllm) || { echo "vllm-serve.sh: no vllm on PATH" >&2; exit 1; }
+    vllm=(python3 "$DGXSPARK_PYTHON_DIR/dgxspark_api_guard.py" "$vllm_script")
+else
+    vllm=(vllm)
 fi
 export PYTHONPATH="$DGXSPARK_PYTHON_DIR${PYTHONPATH:+:$PYTHONPATH}"
 # A headless rank (mp) under its watch: it ends when rank 0's rendezvous is gone (vLLM #32136), and Docker starts it again.
 if [ -n "${DGXSPARK_RANK_WATCH:-}" ]; then
     exec "${capless[@]}" python3 "$DGXSPARK_PYTHON_DIR/dgxspark_rank_watch.py" "${DGXSPARK_RANK_WATCH%:*}" "${DGXSPARK_RANK_WATCH##*:}" -- vllm "$@"
 fi
-exec "${capless[@]}" vllm "$@"
+exec "${capless[@]}" "${vllm[@]}" "$@"
