@@ -36,34 +36,50 @@ CASES = [
     ('4node-int4_397b_int4', 'inventories/4node-int4', 'deploy_397b_int4.yml'),
     ('lab', 'inventories/lab', ''),
 ]
+# What inventories/lab reads of a running lab (lab/labctl.py writes lab.json), fixed for the recorded plan.
+LAB_STATE = {'serving_image': 'dgxspark-lab/serving:0123456789ab', 'mgmt_subnet': '172.31.240.0/24'}
 
 
 def plan_dump(inventory, playbook, dump_path):
     """What plan.yml gives on INVENTORY (with PLAYBOOK's presets): {plan, table, fleet, hosts: {host: its plan}}."""
     extra = ['-e', 'dgxspark_plan_playbook=' + playbook] if playbook else []
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, 'ansible.cfg'), ANSIBLE_NOCOLOR='1', ANSIBLE_FORCE_COLOR='0')
-    # The lab inventory reads DGXSPARK_LAB_STATE for its connection settings only (the plan does not carry them).
-    env.pop('DGXSPARK_LAB_STATE', None)
+    # The lab inventory reads a running lab's state (lab.json: the serving image's tag, the management subnet), which a
+    # lab that is up or down, or built from other inputs, changes: it plans over a state of its own, recorded here.
+    state = env['DGXSPARK_LAB_STATE'] = lab_state(os.path.dirname(str(dump_path)))
     result = subprocess.run([ANSIBLE_PLAYBOOK, os.path.join('tests', 'unit', 'fixtures', 'plans', 'dump_plan.yml'), '-i', inventory,
                              '-e', 'golden_plan_dump=' + str(dump_path)] + extra,
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     with open(str(dump_path), encoding='utf-8') as handle:
-        return json.load(handle)
+        return dict(json.load(handle), lab_state=state)
 
 
-def normalised(text, inventory):
-    """TEXT with the machine's paths as placeholders: the controller's secrets directory of INVENTORY, then the checkout."""
+def lab_state(folder):
+    """A lab state directory for inventories/lab as labctl writes it, with a fixed serving image tag (labctl's is a digest
+    of the lab's build inputs)."""
+    state = os.path.join(folder, 'lab-state')
+    os.makedirs(state, exist_ok=True)
+    with open(os.path.join(state, 'lab.json'), 'w', encoding='utf-8') as handle:
+        json.dump(LAB_STATE, handle)
+    return state
+
+
+def normalised(text, inventory, lab_state_dir=None):
+    """TEXT with the machine's paths as placeholders: the lab's state directory, the controller's secrets directory of
+    INVENTORY, then the checkout."""
+    if lab_state_dir:
+        text = text.replace(lab_state_dir, '<lab state dir>')
     text = text.replace(controller_secrets_dir(os.path.join(ROOT, inventory)), '<controller secrets dir>')
     return text.replace(ROOT, '<checkout>')
 
 
-def plan_json(plan, inventory):
-    return normalised(json.dumps(plan, sort_keys=True, indent=1), inventory) + '\n'
+def plan_json(plan, inventory, lab_state_dir):
+    return normalised(json.dumps(plan, sort_keys=True, indent=1), inventory, lab_state_dir) + '\n'
 
 
-def table_text(table, inventory):
-    return normalised('\n'.join(table), inventory) + '\n'
+def table_text(table, inventory, lab_state_dir):
+    return normalised('\n'.join(table), inventory, lab_state_dir) + '\n'
 
 
 def recorded(case):
@@ -78,11 +94,11 @@ def recorded(case):
 def record(case, inventory, playbook, dump):
     with open(os.path.join(FIXTURES, case + '.json'), 'w', encoding='utf-8') as handle:
         handle.write(normalised(json.dumps({'recorded_from': RECORDED_FROM, 'inventory': inventory, 'presets_of': playbook,
-                                            'plan': dump['plan']}, sort_keys=True, indent=1), inventory) + '\n')
+                                            'plan': dump['plan']}, sort_keys=True, indent=1), inventory, dump['lab_state']) + '\n')
     with open(os.path.join(FIXTURES, case + '.txt'), 'w', encoding='utf-8') as handle:
         handle.write('# recorded from %s: plan.yml -i %s%s\n' % (
             RECORDED_FROM, inventory, ' -e dgxspark_plan_playbook=' + playbook if playbook else ''))
-        handle.write(table_text(dump['table'], inventory))
+        handle.write(table_text(dump['table'], inventory, dump['lab_state']))
 
 
 @pytest.mark.parametrize('case, inventory, playbook', CASES, ids=[c[0] for c in CASES])
@@ -91,10 +107,10 @@ def test_a_one_group_inventory_plans_byte_for_byte_as_recorded(case, inventory, 
     if os.environ.get('GOLDEN_PLAN_RECORD') == '1':
         record(case, inventory, playbook, dump)
     plan, table = recorded(case)
-    assert plan_json(dump['plan'], inventory) == plan
-    assert table_text(dump['table'], inventory) == table
+    assert plan_json(dump['plan'], inventory, dump['lab_state']) == plan
+    assert table_text(dump['table'], inventory, dump['lab_state']) == table
     # Every host of the inventory (and the controller) gets that plan, and no fleet view: one group is no fleet.
     assert dump['fleet'] is None and 'fleet' not in dump['plan']
     assert sorted(dump['hosts']) == sorted(node['host'] for node in dump['plan']['nodes'])
     for host, host_plan in dump['hosts'].items():
-        assert plan_json(host_plan, inventory) == plan, host
+        assert plan_json(host_plan, inventory, dump['lab_state']) == plan, host
