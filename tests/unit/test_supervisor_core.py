@@ -367,6 +367,39 @@ def test_a_crash_before_the_engine_served_still_counts_in_the_restart_budget():
     assert state["reason"].startswith("the restart budget is spent (3 restarts")
 
 
+def test_an_engine_that_docker_could_not_start_has_not_served_since():
+    """Seen on the lab (the crash-loop test): the Ray container died at each start, so Docker refused to start the
+    head's vLLM container, which joins its PID namespace. The engine container kept its start time and the requests
+    its API had logged when it last served; they are not this run's: the restart budget, not the crash budget."""
+    ray_and_engine_down = [("spark-alpha", "dgxspark-ray"), ("spark-alpha", "dgxspark-vllm")]
+    state = core.new_state(0)
+    trace, now = [], 60
+    for _attempt in range(5):
+        seen = look(now, None, stopped=ray_and_engine_down, exit_code=1, started="served-at-5")
+        seen["nodes"]["spark-alpha"]["containers"]["dgxspark-vllm"]["last_request"] = {
+            "time": "2026-12-06T03:33:04Z", "method": "POST", "path": "/v1/completions", "status": 200,
+            "client": "172.31.240.1"}
+        state, action = core.decide(CONFIG, state, seen)
+        if action and action[0] == "stop":
+            state, action = core.decide(CONFIG, state, stopped_group(seen))
+        if action and action[0] == "start":
+            state = core.restarted(state, "served-at-5")  # Docker refused the engine's start
+        trace.append((state["phase"], action[0] if action else None))
+        now += 30
+    # The first restart follows the engine's serving run (a crash after serving, no backoff); the next three find an
+    # engine that never ran again: the restart budget, spent at the fourth.
+    assert trace == [("starting", "start")] * 4 + [("gave_up", "give_up")]
+    assert state["crashes"] == [60] and state["restarts"] == [90, 120, 150]
+    assert state["reason"].startswith("the restart budget is spent (3 restarts in 3600 s)")
+
+
+@pytest.mark.parametrize("before, after, started", [("t0", "restart-at-60", True), ("t0", "t0", False),
+                                                     (None, "restart-at-60", True)])
+def test_a_start_of_the_group_tells_whether_the_engine_container_started(before, after, started):
+    state = dict(core.new_state(0), engine_started_at=before)
+    assert core.restarted(state, after)["engine_started"] is started
+
+
 def test_the_memory_wait_counts_from_the_backoff_s_end():
     short = {"spark-beta": 10 * GIB}
     stopped = [("spark-alpha", "dgxspark-vllm")]

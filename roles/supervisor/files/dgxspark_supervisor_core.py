@@ -70,7 +70,7 @@ def new_state(now):
     """The state of a supervisor that just started: the group is taken as it is, with a fresh grace and budget."""
     return {"phase": STARTING, "since": now, "failures": 0, "restarts": [], "crashes": [], "start_after": None,
             "reason": "", "last_problem": "", "memory": {}, "last_probe": None, "serving_since": None,
-            "engine_started_at": None, "load": {}}
+            "engine_started_at": None, "engine_started": True, "load": {}}
 
 
 def group_problem(config, seen):
@@ -221,7 +221,7 @@ def decide(config, state, seen):
         return _start_when_memory_allows(config, state, seen, now)
     problem = group_problem(config, seen)
     if problem:
-        return _restart(config, state, now, problem, engine_answered(config, seen))
+        return _restart(config, state, now, problem, engine_answered(config, seen) and state.get("engine_started", True))
     if state["phase"] == STARTING and ((seen.get("load") or {}).get("tokens") or 0) > 0:
         # The engine's counter (from 0 at its start) shows tokens: it loaded and served, as a probe's token would prove.
         # Without this a supervisor started or resumed while the engine hangs would wait out the whole grace: its probe
@@ -284,7 +284,10 @@ def _load_signs(config, state, load, now):
 
 
 def restarted(state, engine_started_at):
-    """The state after the service started the group again: the engine's new start is the supervisor's own."""
+    """The state after the service started the group again: the engine's new start is the supervisor's own. An engine
+    container whose start time did not change did not start (Docker refused it: on the head, the Ray container whose
+    PID namespace it joins had already exited), so what its API logged belongs to an earlier run."""
     state = dict(state)
+    state["engine_started"] = engine_started_at != state.get("engine_started_at")
     state["engine_started_at"] = engine_started_at
     return state
