@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import shlex
-import socket
 import subprocess
 import sys
 import threading
@@ -28,26 +27,19 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "lab"))
 import labctl  # noqa: E402  pylint: disable=wrong-import-position
+from labnet import answers, sigterm_ignoring_server  # noqa: E402  pylint: disable=wrong-import-position
 
 RULESET = "/etc/dgxspark/nftables-dgxspark.nft"
 API_PORT = 8000
 LIMIT_S = 150
 STAND_IN = "dgxspark-bench-stand-in"
-STAND_IN_SERVER = ("import signal, socket\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nserver = socket.create_server(('', %d))\n"
-                   "while True:\n    server.accept()[0].close()\n" % (API_PORT + 1))
+STAND_IN_SERVER = sigterm_ignoring_server(API_PORT + 1)
 
 
 def ssh(node, command, timeout=LIMIT_S + 30):
     cmd = ["ssh", "-F", os.path.join(labctl.STATE_DIR, "ssh", "config"), node, command]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=True).stdout
 
-
-def answers(address, port):
-    try:
-        with socket.create_connection((address, port), timeout=1.0):
-            return True
-    except OSError:
-        return False
 
 
 def listening(node):
@@ -105,7 +97,7 @@ def report(node, address, ports, since, on_node):
         thread.start()
     deadline = time.monotonic() + LIMIT_S
     while time.monotonic() < deadline:  # LIMIT_S: the port answering for good (the figure then reads LIMIT_S)
-        now = set(port for port in ports if answers(address, port))
+        now = set(port for port in ports if answers(address, port, timeout=1.0))
         answered |= now
         if not now:
             break

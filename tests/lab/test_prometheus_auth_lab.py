@@ -18,7 +18,6 @@ import json
 import os
 import re
 import shlex
-import socket
 import stat
 import subprocess
 import time
@@ -27,6 +26,7 @@ import pytest
 import yaml
 
 import prometheus_lab
+from labnet import answers, sigterm_ignoring_server
 from ansible_lab import HEAD, REPO, recap, run_playbook
 from prometheus_lab import status
 
@@ -42,18 +42,9 @@ API_PORT = 8000
 # A serving container at its worst for Docker's stop: it ignores SIGTERM. On a port of its own (an engine that a serving
 # module left running holds the API's); without the table every port answers the management network.
 STAND_IN_PORT = 8001
-STAND_IN_SERVER = ("import signal, socket\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nserver = socket.create_server(('', %d))\n"
-                   "while True:\n    server.accept()[0].close()\n" % STAND_IN_PORT)
+STAND_IN_SERVER = sigterm_ignoring_server(STAND_IN_PORT)
 PATHS = ["/api/v1/query?query=up", "/api/v1/targets", "/federate?match[]=up", "/metrics", "/graph", "/-/ready"]
 
-
-def answers(address, port):
-    """True when a TCP connection from the controller to address:port is accepted."""
-    try:
-        with socket.create_connection((address, port), timeout=2):
-            return True
-    except OSError:
-        return False
 
 
 def prometheus_since(host):

@@ -21,7 +21,6 @@ import json
 import os
 import re
 import shlex
-import socket
 import stat
 import time
 import urllib.error
@@ -30,6 +29,7 @@ import urllib.request
 import pytest
 
 import prometheus_lab
+from labnet import answers
 from ansible_lab import BACKEND, HEAD, RAY, VLLM, node_container, recap, run_playbook, says_healthy, serving_lab
 
 pytestmark = pytest.mark.lab
@@ -63,14 +63,6 @@ def listening_ports(host):
             ports.add(int(port))
     return ports
 
-
-def answers(address, port, timeout=2.0):
-    """True when a TCP connection from here to address:port is accepted (refused or dropped: False)."""
-    try:
-        with socket.create_connection((address, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
 
 
 def api_status(url, key=None, method="GET"):

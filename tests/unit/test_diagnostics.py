@@ -12,6 +12,7 @@ import pytest
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils.diagnostics import (
     redact, redact_env, secret_values, tail)
+from stand_ins import path_first, stand_in
 
 COLLECTIONS_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', '.build', 'collections')
 API_KEY = 'Qm9vc3RlZEtleUZvclRoZUxhYjAxMjM0NTY3ODkwYWJj'
@@ -89,14 +90,12 @@ esac''' % (json.dumps(INSPECT), API_KEY),
 
 def run_module(tmp_path, args):
     bin_dir = tmp_path / 'bin'
-    bin_dir.mkdir()
     for name, body in STANDINS.items():
-        (bin_dir / name).write_text('#!/bin/sh\n' + body + '\n')
-        (bin_dir / name).chmod(0o755)
+        stand_in(bin_dir, name, '#!/bin/sh\n' + body + '\n')
     args_file = tmp_path / 'args.json'
     args_file.write_text(json.dumps({'ANSIBLE_MODULE_ARGS': args}))
     env = dict(os.environ, PYTHONPATH=COLLECTIONS_PATH + os.pathsep + os.environ.get('PYTHONPATH', ''),
-               PATH='%s:%s' % (bin_dir, os.environ['PATH']))
+               PATH=path_first(bin_dir))
     proc = subprocess.run([sys.executable, '-m', 'ansible_collections.dgxspark.cluster.plugins.modules.node_diagnostics',
                            str(args_file)], capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=120, check=False)
     result = [json.loads(line) for line in proc.stdout.splitlines() if line.strip().startswith('{')]

@@ -10,6 +10,8 @@ import time
 
 import pytest
 
+from stand_ins import path_first, stand_in
+
 SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "roles", "ray_cluster", "files", "ray-node.sh")
 
 # The stand-in: `ray start` takes the next code of STUB_CODES (one per start, the last repeats), or sleeps until TERM when
@@ -32,14 +34,12 @@ exit "$code"
 
 def start(tmp_path, codes, **env):
     bindir = tmp_path / "bin"
-    bindir.mkdir()
-    (bindir / "ray").write_text(STUB)
-    (bindir / "ray").chmod(0o755)
+    stand_in(bindir, "ray", STUB)
     token = tmp_path / "token"
     token.write_text("secret\n")
     log = tmp_path / "calls.log"
     log.write_text("")
-    full_env = dict(os.environ, PATH="%s:%s" % (bindir, os.environ["PATH"]), STUB_LOG=str(log), STUB_CODES=codes,
+    full_env = dict(os.environ, PATH=path_first(bindir), STUB_LOG=str(log), STUB_CODES=codes,
                     RAY_AUTH_TOKEN_PATH=str(token))
     full_env.update(env)
     full_env.pop("DGXSPARK_PATCHES", None)

@@ -11,6 +11,7 @@ from ansible_collections.dgxspark.cluster.plugins.filter.release import release_
 from ansible_collections.dgxspark.cluster.plugins.filter.release import release_id as release_id_filter
 from ansible_collections.dgxspark.cluster.plugins.module_utils import release
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils.serving_status import build_serving_status
+from stand_ins import path_first, stand_in
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -314,14 +315,12 @@ def run_release_module(tmp_path, args):
     import sys  # pylint: disable=import-outside-toplevel
     collections = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), ".build", "collections")
     bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    (bin_dir / "docker").write_text('#!/bin/sh\necho "$*" >> %s/docker.log\n[ "$1" = inspect ] && cat %s\nexit 0\n' % (
+    stand_in(bin_dir, "docker", '#!/bin/sh\necho "$*" >> %s/docker.log\n[ "$1" = inspect ] && cat %s\nexit 0\n' % (
         tmp_path, os.path.join(HERE, "fixtures", "release", "docker_inspect_head.json")))
-    (bin_dir / "docker").chmod(0o755)
     args_file = tmp_path / "args.json"
     args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": dict(args, containers=["dgxspark-vllm", "dgxspark-ray"],
                                                                  history_path=str(tmp_path / "history.json"))}))
-    env = dict(os.environ, PYTHONPATH=collections, PATH="%s:%s" % (bin_dir, os.environ["PATH"]))
+    env = dict(os.environ, PYTHONPATH=collections, PATH=path_first(bin_dir))
     proc = subprocess.run([sys.executable, "-m", "ansible_collections.dgxspark.cluster.plugins.modules.serving_release", str(args_file)],
                           capture_output=True, text=True, env=env, timeout=60, check=False)
     return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")][-1]

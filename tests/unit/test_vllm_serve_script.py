@@ -9,6 +9,8 @@ import subprocess
 
 import pytest
 
+from stand_ins import path_first, stand_in
+
 SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "roles", "vllm_container", "files", "vllm-serve.sh")
 STUB = '#!/usr/bin/env bash\necho "vllm $* PYTHONHASHSEED=${PYTHONHASHSEED:-unset}"\n'
 
@@ -21,13 +23,11 @@ STUB = '#!/usr/bin/env bash\necho "vllm $* PYTHONHASHSEED=${PYTHONHASHSEED:-unse
 ])
 def test_vllm_starts_with_the_clusters_hash_seed(tmp_path, seed, rc, says):
     bindir = tmp_path / "bin"
-    bindir.mkdir()
-    (bindir / "vllm").write_text(STUB)
-    (bindir / "vllm").chmod(0o755)
+    stand_in(bindir, "vllm", STUB)
     seed_file = tmp_path / "hash_seed"
     if seed is not None:
         seed_file.write_text(seed)
-    env = dict(os.environ, PATH="%s:%s" % (bindir, os.environ["PATH"]), DGXSPARK_EXECUTOR="mp",
+    env = dict(os.environ, PATH=path_first(bindir), DGXSPARK_EXECUTOR="mp",
                VLLM_CONFIG_ROOT=str(tmp_path / "config"), DGXSPARK_PYTHON_DIR=str(tmp_path),
                DGXSPARK_HASH_SEED_FILE=str(seed_file))
     for name in ("DGXSPARK_PATCHES", "DGXSPARK_API_KEY_FILE", "DGXSPARK_RANK_WATCH", "PYTHONHASHSEED"):
@@ -55,12 +55,10 @@ def test_the_heads_vllm_starts_with_the_key_taken_and_its_descriptor_closed(tmp_
     """On the head the script opens the key's file as fd 3 and starts vLLM through the guard's main, which takes the key
     and closes fd 3 before vLLM runs (and forks its engine core, issue 49 item 4)."""
     bindir = tmp_path / "bin"
-    bindir.mkdir()
-    (bindir / "vllm").write_text(PYTHON_STUB)
-    (bindir / "vllm").chmod(0o755)
+    stand_in(bindir, "vllm", PYTHON_STUB)
     key_file = tmp_path / "vllm_api_key"
     key_file.write_text("k3y-of-the-lab")
-    env = dict(os.environ, PATH="%s:%s" % (bindir, os.environ["PATH"]), DGXSPARK_EXECUTOR="mp",
+    env = dict(os.environ, PATH=path_first(bindir), DGXSPARK_EXECUTOR="mp",
                VLLM_CONFIG_ROOT=str(tmp_path / "config"), DGXSPARK_PYTHON_DIR=os.path.dirname(SCRIPT),
                DGXSPARK_API_KEY_FILE=str(key_file))
     for name in ("DGXSPARK_PATCHES", "DGXSPARK_RANK_WATCH", "DGXSPARK_HASH_SEED_FILE", "PYTHONPATH"):
