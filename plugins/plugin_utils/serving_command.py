@@ -148,7 +148,7 @@ def ray_container(plan, host, inputs):
             'argv': argv, 'env': env, 'node_env': node_env, 'volumes': node_serving_volumes(plan, host, inputs),
             # Its own PID namespace on every node: nothing of Ray needs the host's processes (the head's vLLM container
             # joins this one instead, vllm_container).
-            'pid_mode': None, 'gpus': inputs['ray_cluster_gpus'] == 'all',
+            'pid_mode': None, 'init': True, 'gpus': inputs['ray_cluster_gpus'] == 'all',
             'restart_policy': inputs['ray_cluster_restart_policy']}
     spec.update(rdma(inputs))
     return spec
@@ -217,6 +217,10 @@ def vllm_container(plan, host, inputs):
             # With Ray the driver finds its raylet by scanning the processes it sees (Ray >= 2.55, ray#63923): it joins
             # the PID namespace of the node's Ray container, never the host's. A rank of mp keeps its own.
             'volumes': volumes, 'pid_mode': None if rank else 'container:%s' % inputs['ray_cluster_container_name'],
+            # Docker's init only in a PID namespace of its own: in the Ray container's, orphans go to that one's init,
+            # and docker-init would be a dumpable process of this container (its /proc/PID/root opens this container's
+            # files, the TLS key, to root in the Ray container); vLLM's processes are non-dumpable (dgxspark_api_guard).
+            'init': bool(rank),
             'gpus': inputs['vllm_container_gpus'] == 'all',
             'devices': node_rdma['devices'] if rank else None, 'ulimits': node_rdma['ulimits'] if rank else None,
             'capabilities': capabilities, 'restart_policy': inputs['vllm_container_restart_policy'],
@@ -251,7 +255,7 @@ def serving_containers(plan, inputs_by_host):
 def docker_options(spec):
     """Docker's options of a container other than its environment and mounts, as `docker run` spells them."""
     words = ['--network host', '--ipc host'] + (['--pid %s' % spec['pid_mode']] if spec.get('pid_mode') else [])
-    words += ['--init', '--cap-drop ALL'] + ['--cap-add %s' % cap for cap in spec.get('capabilities') or []]
+    words += (['--init'] if spec.get('init') else []) + ['--cap-drop ALL'] + ['--cap-add %s' % cap for cap in spec.get('capabilities') or []]
     words += ['--security-opt no-new-privileges'] + (['--gpus all'] if spec.get('gpus') else [])
     words += ['--device %s' % device for device in spec.get('devices') or []]
     words += ['--ulimit %s=%s' % tuple(limit.split(':', 1)) for limit in spec.get('ulimits') or []]

@@ -202,6 +202,68 @@ def test_the_guards_main_takes_the_key_and_closes_its_descriptor_before_vllm_for
                      'authorized': True, 'wrong key': False}, found
 
 
+# Stands for vLLM's console script: what PR_GET_DUMPABLE says in it, in a child it forks, in one multiprocessing spawns
+# (an exec: the engine core where CUDA is initialized or on CPU).
+DUMPABLE_VLLM = r'''
+import ctypes, json, multiprocessing, os, sys, time
+
+
+def dumpable(queue=None):
+    value = ctypes.CDLL(None).prctl(3, 0, 0, 0, 0)  # PR_GET_DUMPABLE
+    if queue is not None:
+        queue.put(value)
+    return value
+
+
+if __name__ == "__main__":
+    found = {"main": dumpable()}
+    for method in ("fork", "spawn"):
+        context = multiprocessing.get_context(method)
+        queue = context.Queue()
+        child = context.Process(target=dumpable, args=(queue,))
+        child.start()
+        found[method] = queue.get(timeout=60)
+        child.join(60)
+    print(json.dumps(found))
+'''
+
+
+def test_the_guards_main_makes_vllm_and_every_process_it_forks_or_spawns_non_dumpable(tmp_path):
+    """/proc/PID/root of any process of vLLM's container would open its files (the TLS key) to root in the Ray
+    container: vLLM runs non-dumpable, and so do its children, forked or spawned (exec resets the flag)."""
+    key_file = tmp_path / 'vllm_api_key'
+    key_file.write_text(KEY + '\n')
+    script = tmp_path / 'vllm'
+    script.write_text(DUMPABLE_VLLM)
+    env = dict(os.environ, PYTHONPATH=FILES, DGXSPARK_API_KEY_FD='3')
+    command = 'exec 3<"$0"; exec "$1" "$2" "$3" serve'
+    result = subprocess.run(['bash', '-c', command, str(key_file), sys.executable, os.path.join(FILES, 'dgxspark_api_guard.py'),
+                             str(script)], env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {'main': 0, 'fork': 0, 'spawn': 0}, result.stdout
+    # The same script without the guard: every one of them dumpable (the check can fail).
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=False)
+    assert json.loads(result.stdout) == {'main': 1, 'fork': 1, 'spawn': 1}, result.stdout
+
+
+@pytest.mark.parametrize('args, expected', [
+    # a child that multiprocessing spawns (3.11 to 3.13 spell it so)
+    (['/usr/bin/python3', '-c', 'from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=5, pipe_handle=7)',
+      '--multiprocessing-fork'],
+     ['/usr/bin/python3', '-c', 'import dgxspark_api_guard as g; g.hide_this_process(); del g\n'
+      'from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=5, pipe_handle=7)', '--multiprocessing-fork']),
+    # its resource tracker, with the interpreter's flags before -c
+    (['/usr/bin/python3', '-X', 'frozen_modules=off', '-c', 'from multiprocessing.resource_tracker import main;main(4)'],
+     ['/usr/bin/python3', '-X', 'frozen_modules=off', '-c', 'import dgxspark_api_guard as g; g.hide_this_process(); del g\n'
+      'from multiprocessing.resource_tracker import main;main(4)']),
+    # anything else is left as it is
+    (['/usr/bin/python3', 'script.py', '-c'], ['/usr/bin/python3', 'script.py', '-c']),
+    (['/opt/frozen-app', '--multiprocessing-fork', 'pipe_handle=7'], ['/opt/frozen-app', '--multiprocessing-fork', 'pipe_handle=7']),
+])
+def test_a_python_child_of_multiprocessing_hides_itself_before_its_program(args, expected):
+    assert guard._hidden_command(args) == expected
+
+
 def test_the_guards_main_says_how_to_call_it():
     result = subprocess.run([sys.executable, os.path.join(FILES, 'dgxspark_api_guard.py')], capture_output=True, text=True,
                             timeout=60, check=False)

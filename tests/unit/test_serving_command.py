@@ -88,6 +88,16 @@ def test_the_heads_vllm_under_ray_is_the_planned_command():
     # Only the start script opens the key's file (CAP_DAC_READ_SEARCH), then drops both for vLLM (CAP_SETPCAP).
     assert spec['devices'] is None and spec['capabilities'] == ['DAC_READ_SEARCH', 'SETPCAP'] and spec['hf_token_file'] is False
     assert '--pid container:dgxspark-ray' in sc.docker_options(spec) and '--pid host' not in sc.docker_options(spec)
+    # No docker-init in the Ray container's namespace: a dumpable process of this container (issue 49, item A).
+    assert spec['init'] is False and '--init' not in sc.docker_options(spec)
+
+
+@pytest.mark.parametrize('backend, host, container', [
+    ('ray', 'spark-alpha', 'ray'), ('ray', 'spark-gamma', 'ray'), ('mp', 'spark-alpha', 'vllm'), ('mp', 'spark-delta', 'vllm'),
+])
+def test_a_container_with_a_pid_namespace_of_its_own_runs_dockers_init(backend, host, container):
+    spec = containers(plan_of(backend))[host][container]
+    assert spec['init'] is True and '--init' in sc.docker_options(spec)
 
 
 @pytest.mark.parametrize('backend, host, container', [

@@ -18,8 +18,12 @@ Without a key it refuses to start: a guard that lets everything through must not
 
 On the head vllm-serve.sh starts vLLM through this file (`python3 dgxspark_api_guard.py VLLM_SCRIPT ARGS...`): it takes
 the key from the descriptor the script opened (DGXSPARK_API_KEY_FD), keeps only its sha256 and closes the descriptor,
-then runs vLLM in the same process. vLLM forks its engine core (and mp's workers, where a model's remote code runs)
-before it loads the middleware: a descriptor still open then would be theirs for good.
+makes the process non-dumpable, then runs vLLM in the same process. vLLM forks its engine core (and mp's workers, where a
+model's remote code runs) before it loads the middleware: a descriptor still open then would be theirs for good.
+Non-dumpable before vLLM starts, so that every process of vLLM is: /proc/PID/root of any of them would otherwise open the
+container's files (the TLS key among them) to root in the Ray container, which shares their PID namespace. A forked child
+inherits the flag; an exec resets it, so a child that multiprocessing spawns (vLLM spawns its engine core where CUDA is
+initialized or on CPU, and its resource tracker) runs hide_this_process() before anything else (_hidden_command).
 """
 
 import ctypes
@@ -108,6 +112,32 @@ def _not_dumpable():
         raise RuntimeError('dgxspark_api_guard: prctl(PR_SET_DUMPABLE, 0) failed: %s' % os.strerror(ctypes.get_errno()))
 
 
+def hide_this_process():
+    """This process non-dumpable, and the Python children multiprocessing spawns from it (which exec) made so too."""
+    _not_dumpable()
+    from multiprocessing import util  # pylint: disable=import-outside-toplevel
+    if not getattr(util.spawnv_passfds, 'dgxspark_hidden', False):
+        util.spawnv_passfds = _spawning_hidden(util.spawnv_passfds)
+
+
+def _hidden_command(args):
+    """A Python command line that multiprocessing starts (`python [flags] -c PROGRAM ...`: a spawned child, the resource
+    tracker, the forkserver) with PROGRAM run after hide_this_process(); any other command unchanged. The child imports
+    this file from PYTHONPATH, as vLLM does for --middleware: where it cannot, it does not start."""
+    if '-c' not in args[1:-1]:
+        return list(args)
+    index = args.index('-c', 1) + 1
+    return list(args[:index]) + ['import dgxspark_api_guard as g; g.hide_this_process(); del g\n' + args[index]] \
+        + list(args[index + 1:])
+
+
+def _spawning_hidden(spawnv_passfds):
+    def spawnv_passfds_hidden(path, args, passfds):
+        return spawnv_passfds(path, _hidden_command(args), passfds)
+    spawnv_passfds_hidden.dgxspark_hidden = True
+    return spawnv_passfds_hidden
+
+
 def _is_cors_preflight(scope):
     if scope['type'] != 'http' or scope.get('method') != 'OPTIONS':
         return False
@@ -192,6 +222,8 @@ def main(argv):
     # vLLM imports the middleware as dgxspark_api_guard: the key goes there, not into this __main__.
     import dgxspark_api_guard  # pylint: disable=import-self
     dgxspark_api_guard.take_key_from_fd()
+    # Before vLLM starts any process: every one of them non-dumpable (see the module's docstring).
+    dgxspark_api_guard.hide_this_process()
     sys.argv = argv[1:]
     runpy.run_path(argv[1], run_name='__main__')
     return 0
