@@ -11,6 +11,8 @@ head's vLLM container joins its Ray container's (Ray's driver finds its raylet b
 Seen failing on the old behaviour (both containers in the host's PID namespace, the key file 0600 root): from the Ray
 container as root, /proc/PID/root/run/secrets/dgxspark/vllm_api_key of the engine core and of the API server (before its
 guard made it non-dumpable) gave the key; remote code in the engine's container read the file directly.
+Any other file of the engine's container (the TLS key, 0600 root) stays out of the Ray container's reach the same way:
+no process of the engine's container is dumpable (the guard's main before vLLM forks or spawns; no docker-init there).
 
     DGXSPARK_LAB_NODES=2 .venv/bin/python -m pytest -m lab tests/lab/test_isolation_lab.py   (DGXSPARK_LAB_BACKEND=mp too)
 """
@@ -228,3 +230,48 @@ def test_a_ray_task_on_the_engines_node_does_not_read_the_key(deployed):
     assert any(is_api_server(process) for process in found["processes"].values())
     where = leaks(found, key)
     assert not where, where
+
+
+# Run as root in the head's Ray container: what it reads through /proc of the given PIDs (of its PID namespace).
+THROUGH_PROC = r"""
+import json, sys
+
+
+def read(path):
+    try:
+        with open(path, "rb") as handle:
+            return "read %d bytes" % len(handle.read())
+    except OSError as exc:
+        return "error: %s" % exc.strerror
+
+
+print(json.dumps(dict((pid, {"root/etc/hostname": read("/proc/%s/root/etc/hostname" % pid),
+                             "environ": read("/proc/%s/environ" % pid)}) for pid in sys.argv[1:])))
+"""
+
+
+@pytest.mark.skipif(BACKEND != "ray", reason="only the head's vLLM container under Ray shares a PID namespace")
+def test_the_ray_container_opens_no_file_of_the_engines_container_through_proc(deployed):
+    """/proc/PID/root of a process of the engine's container is its whole file tree (the TLS key is 0600 root there, and
+    root in the Ray container is root): every process of it is non-dumpable, so that path needs CAP_SYS_PTRACE."""
+    host = deployed.host(HEAD)
+    processes = dict(line.strip().split(None, 1) for line in host.check_output("docker top %s -eo pid,args" % VLLM).splitlines()[1:])
+    assert any("EngineCore" in args for args in processes.values()), processes  # vLLM forked or spawned: it was tried
+    assert not [args for args in processes.values() if "docker-init" in args], processes
+    # Each one's PID in the Ray container's namespace: the last of NSpid, read from the node.
+    inner = {}
+    for pid in processes:
+        status = host.run("grep '^NSpid:' /proc/%s/status" % pid)
+        if status.rc == 0:
+            inner[status.stdout.split()[-1]] = pid
+    script = "printf '%%s' %s | docker exec -i -u 0:0 %s python3 - %s" % (_quoted(THROUGH_PROC), RAY, " ".join(sorted(inner)))
+    found = json.loads(host.check_output(script).strip().splitlines()[-1])
+    opened = {}
+    for pid, reads in found.items():
+        for what, result in reads.items():
+            if result != "error: Permission denied" and host.file("/proc/%s" % inner[pid]).exists:  # unless it ended since
+                opened["%s of %s (%s)" % (what, pid, processes[inner[pid]][:60])] = result
+    assert not opened, opened
+    # The same reads of a process of the Ray container itself succeed: the probe can read what it is allowed to.
+    own = json.loads(host.check_output(script.replace(" ".join(sorted(inner)), "1")).strip().splitlines()[-1])
+    assert own["1"]["root/etc/hostname"].startswith("read "), own
