@@ -3,10 +3,13 @@ only when the same ready nodes offer the GPUs at two polls. Node entries have th
 Ray 2.60 read in the lab (a worker rebooted: its old incarnation listed dead, or still alive, at the same address)."""
 import importlib.util
 import os
+import subprocess
+import sys
 
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, '..', '..', 'roles', 'vllm_container', 'files', 'dgxspark_ray_ready.py')
 _SPEC = importlib.util.spec_from_file_location(
     'dgxspark_ray_ready', os.path.join(HERE, '..', '..', 'roles', 'vllm_container', 'files', 'dgxspark_ray_ready.py'))
 ready_mod = importlib.util.module_from_spec(_SPEC)
@@ -76,3 +79,16 @@ def test_when_the_engine_may_ask_for_its_placement_group(
 def test_a_raylet_port_that_refuses_does_not_answer():
     assert ready_mod.raylet_answers({'NodeManagerAddress': '127.0.0.1', 'NodeManagerPort': 1}, timeout=1) is False
     assert ready_mod.raylet_answers({'NodeManagerAddress': '127.0.0.1'}) is False
+
+
+def test_the_wait_makes_itself_non_dumpable_before_it_asks_ray(tmp_path):
+    """It runs in vLLM's container before the guard's main (no capability left): /proc/PID/root of it would open the
+    container's files to root in the Ray container. A stand-in `ray` module reports PR_GET_DUMPABLE when imported."""
+    (tmp_path / 'ray').mkdir()
+    (tmp_path / 'ray' / '__init__.py').write_text(
+        'import ctypes, sys\nsys.stdout.write("dumpable=%d\\n" % ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))\n'
+        'raise SystemExit(7)\n')
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    result = subprocess.run([sys.executable, SCRIPT, '1', '0'], env=env, capture_output=True, text=True, timeout=60,
+                            check=False)
+    assert (result.returncode, result.stdout) == (7, 'dumpable=0\n'), result.stderr

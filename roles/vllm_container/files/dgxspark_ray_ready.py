@@ -104,4 +104,9 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    # Non-dumpable first: this process of vLLM's container runs for seconds to minutes before the guard's main, without
+    # the start script's capabilities, and its /proc/PID/root would open the container's files (the TLS key) to root in
+    # the Ray container, which shares its PID namespace (dgxspark_api_guard.py, beside this file).
+    import dgxspark_api_guard  # pylint: disable=import-error
+    dgxspark_api_guard.hide_this_process()
     sys.exit(main(sys.argv))
