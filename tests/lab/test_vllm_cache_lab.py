@@ -17,7 +17,7 @@ import time
 import pytest
 import yaml
 
-from ansible_lab import HEAD, REPO, VLLM, extra_vars, playbook_ok, run_playbook, says_healthy, serving_lab
+from ansible_lab import HEAD, REPO, VLLM, changed_tasks, extra_vars, playbook_ok, run_playbook, says_healthy, serving_lab
 
 pytestmark = pytest.mark.lab
 
@@ -51,6 +51,16 @@ def plant(lab, name):
         lab.host(node).check_output("touch %s/%s" % (CACHE, name))
 
 
+def emptied_on(out, task):
+    """The hosts on which TASK (the end of its name) reported a change: emptied the cache."""
+    hosts = set()
+    for line in changed_tasks(out):
+        name, _sep, names = line.rpartition(": ")
+        if name.endswith(task):
+            hosts.update(names.split(", "))
+    return hosts
+
+
 def vllm_start(lab):
     return lab.host(HEAD).check_output("docker inspect -f '{{.State.StartedAt}}' %s" % VLLM)
 
@@ -74,7 +84,8 @@ def test_a_new_release_empties_the_cache_a_restart_keeps_it_and_a_rollback_empti
     plant(lab, "written-by-the-first-release")
     # A new release: the deploy empties every node's cache before its engine starts, and names the run in the marker.
     out = playbook_ok(lab, "deploy.yml", *deploy_args(vllm_container_extra_args={"max_num_seqs": 64}))
-    assert "vLLM's cache emptied for release new release deployed " in out, out[-4000:]
+    assert emptied_on(out, "Empty vLLM's compile cache on every node when a new release starts") == set(lab.nodes), \
+        changed_tasks(out)
     after_deploy = cache_of(lab)
     for node, (marker, entries) in after_deploy.items():
         assert marker and marker.startswith("new release deployed ") and "written-by-the-first-release" not in entries, \
@@ -100,7 +111,8 @@ def test_a_new_release_empties_the_cache_a_restart_keeps_it_and_a_rollback_empti
     # rollback.yml puts the first release back: its engine starts on an emptied cache that names it.
     rc, out = run_playbook(lab, "rollback.yml")
     assert rc == 0, out[-4000:]
-    assert "vLLM's cache emptied for release %s" % previous in out, out[-4000:]
+    assert emptied_on(out, "Empty vLLM's compile cache on the node unless it is the release's put back") == set(lab.nodes), \
+        changed_tasks(out)
     for node, (marker, entries) in cache_of(lab).items():
         assert marker == previous and "written-by-the-second-release" not in entries, (node, marker, entries)
     assert release_ids(lab)[0] == previous and current != previous
