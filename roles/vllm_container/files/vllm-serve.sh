@@ -13,7 +13,8 @@
 #    (same PID namespace, through /proc/PID/root) opens the file;
 # 4. puts the API guard on PYTHONPATH (vLLM imports it for --middleware) and becomes vllm; on the head through the guard's
 #    main (python3 dgxspark_api_guard.py VLLM ...), which reads fd 3 and closes it before vLLM forks its engine core (a
-#    child forked with fd 3 open would hold it for good); a headless rank of mp becomes dgxspark_rank_watch.py with vllm
+#    child forked with fd 3 open would hold it for good) and makes vLLM and its children non-dumpable (/proc/PID/root of
+#    them would open this container's files to the Ray container); a headless rank of mp becomes dgxspark_rank_watch.py with vllm
 #    as its child (DGXSPARK_RANK_WATCH: rank 0's rendezvous, HOST:PORT).
 # Before all this it exports the cluster's hash seed (PYTHONHASHSEED, from its mounted file) and checks and applies the
 # model profile's patches, when it has any. Docker's restart policy starts it again when it exits.
