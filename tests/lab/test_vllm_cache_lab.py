@@ -27,11 +27,16 @@ TWO_NODE_VARS_FILE = os.path.join(REPO, "molecule", "shared", "group_vars", "all
 RECOVERY_LIMIT_S = 900
 
 
-def deploy_args(**more):
-    """The 2-node shape (seed 003's, as molecule and test_isolation_lab deploy it), skipping the phases no check needs."""
+def two_node_vars(**more):
+    """The 2-node shape (seed 003's, as molecule and test_isolation_lab deploy it): every playbook plans with it."""
     with open(TWO_NODE_VARS_FILE, encoding="utf-8") as handle:
         two_node = yaml.safe_load(handle)
-    return ["--skip-tags", "os,monitoring"] + extra_vars(two_node, dgxspark_tensor_parallel_size=2, **more)
+    return extra_vars(two_node, dgxspark_tensor_parallel_size=2, **more)
+
+
+def deploy_args(**more):
+    """The 2-node shape, skipping the phases no check needs."""
+    return ["--skip-tags", "os,monitoring"] + two_node_vars(**more)
 
 
 def cache_of(lab):
@@ -67,7 +72,7 @@ def vllm_start(lab):
 
 def release_ids(lab):
     """(the release that serves, the one before it), as status.yml names them."""
-    rc, out = run_playbook(lab, "status.yml", timeout=300)
+    rc, out = run_playbook(lab, "status.yml", *two_node_vars(), timeout=300)
     assert rc == 0, out[-3000:]
     return re.search(r"release: ([0-9a-f]{12}) deployed .*; previous ([0-9a-f]{12}) deployed", out).groups()
 
@@ -100,7 +105,7 @@ def test_a_new_release_empties_the_cache_a_restart_keeps_it_and_a_rollback_empti
     while True:
         assert time.time() - started < RECOVERY_LIMIT_S, "the supervisor did not bring the engine back"
         if vllm_start(lab) != before:
-            rc, out = run_playbook(lab, "status.yml", timeout=300)
+            rc, out = run_playbook(lab, "status.yml", *two_node_vars(), timeout=300)
             if rc == 0 and says_healthy(out):
                 break
         time.sleep(10)
@@ -109,7 +114,7 @@ def test_a_new_release_empties_the_cache_a_restart_keeps_it_and_a_rollback_empti
         assert marker == after_deploy[node][0] and "written-by-the-second-release" in entries, (node, marker, entries)
 
     # rollback.yml puts the first release back: its engine starts on an emptied cache that names it.
-    rc, out = run_playbook(lab, "rollback.yml")
+    rc, out = run_playbook(lab, "rollback.yml", *two_node_vars())
     assert rc == 0, out[-4000:]
     assert emptied_on(out, "Empty vLLM's compile cache on the node unless it is the release's put back") == set(lab.nodes), \
         changed_tasks(out)
