@@ -4,9 +4,13 @@ The API server holds the key; no other process may get it: not a process of the 
 user, or a Ray task that a Ray-token holder submits), not a process that vLLM itself starts (a model's remote code: the
 probe runs in the engine's container without the start script's two capabilities, as vLLM's children do), not a process
 of another node's container. Each probe, from inside, reads every process it can see: /proc/PID/cmdline, environ and
-mem, the key's path in its own container and through /proc/PID/root, and the test searches what came back for the key
-(the key never goes to the node). The containers of the collection keep their own PID namespace, none the host's: the
-head's vLLM container joins its Ray container's (Ray's driver finds its raylet by scanning processes, ray#63923).
+mem, the key's path in its own container and through /proc/PID/root, and searches what it read for the key by its sha256
+(the key never goes to the node); it sends back only where it found it and what it could not read. It searches there:
+what it reads, 64 KiB of every mapping of every process, was 0.7 to 1 GB of JSON a probe, 20 to 50 s and 2 to 3 GB of
+memory each (three a test, then parsed again in pytest): on a loaded lab machine one test took 406 s, the CPU engine
+starved meanwhile, and the next tests found no API server (it was being restarted). The containers of the
+collection keep their own PID namespace, none the host's: the head's vLLM container joins its Ray container's (Ray's
+driver finds its raylet by scanning processes, ray#63923).
 
 Seen failing on the old behaviour (both containers in the host's PID namespace, the key file 0600 root): from the Ray
 container as root, /proc/PID/root/run/secrets/dgxspark/vllm_api_key of the engine core and of the API server (before its
@@ -17,8 +21,10 @@ no process of the engine's container is dumpable (the guard's main before vLLM f
     DGXSPARK_LAB_NODES=2 .venv/bin/python -m pytest -m lab tests/lab/test_isolation_lab.py   (DGXSPARK_LAB_BACKEND=mp too)
 """
 
+import hashlib
 import json
 import os
+import re
 
 import pytest
 import yaml
@@ -34,10 +40,32 @@ TWO_NODE_VARS_FILE = os.path.join(REPO, "molecule", "shared", "group_vars", "all
 AS_VLLM_CHILD = "setpriv --inh-caps=-all --bounding-set=-dac_read_search,-setpcap --"
 NOBODY = "65534:65534"
 
-# Run inside a container (python3 -) or a Ray task (probe()): what this process can read of every process it sees.
+# Run inside a container (python3 -) or a Ray task (probe()): what this process can read of every process it sees, and
+# where the key is among it. The key is letters and digits (the collection's generated key, key_search()): any copy of
+# it lies in a run of those of at least its length, and the probe hashes every window of the key's length in such runs.
 PROBE = r'''
+import hashlib
 import json
 import os
+import re
+
+
+class KeySearch:
+    # Whether a text holds the key whose sha256 and length it knows; each distinct run is hashed once (the processes map
+    # the same libraries).
+    def __init__(self, sha256, length):
+        self.sha256, self.length = sha256, length
+        self.runs = re.compile("[A-Za-z0-9]{%d,}" % length)
+        self.known = {}
+
+    def holds(self, text):
+        found = False
+        for run in set(self.runs.findall(text)):
+            if run not in self.known:
+                self.known[run] = any(hashlib.sha256(run[start:start + self.length].encode()).hexdigest() == self.sha256
+                                      for start in range(len(run) - self.length + 1))
+            found = found or self.known[run]
+        return found
 
 
 def _read(path, size=1 << 16):
@@ -49,40 +77,58 @@ def _read(path, size=1 << 16):
 
 
 def _memory(pid):
-    """Up to 64 KiB of each readable mapping (its heap and stacks included) or why none can be read."""
+    # Up to 64 KiB of each readable mapping (its heap and stacks included), one after the other, or why none can be
+    # read.
     try:
         with open("/proc/%s/maps" % pid) as maps:
             spans = [line.split()[:2] for line in maps.read().splitlines()]
         handle = open("/proc/%s/mem" % pid, "rb")
     except OSError as exc:
-        return "error: %s" % exc.strerror
-    read = []
+        yield "error: %s" % exc.strerror
+        return
+    read = False
     with handle:
         for span, perms in spans:
             if perms.startswith("r"):
                 try:
                     handle.seek(int(span.split("-")[0], 16))
-                    read.append(handle.read(1 << 16).decode("latin-1"))
+                    chunk = handle.read(1 << 16).decode("latin-1")
                 except (OSError, ValueError, OverflowError):
-                    pass
-    return "".join(read) if read else "error: no mapping could be read"
+                    continue
+                read = True
+                yield chunk
+    if not read:
+        yield "error: no mapping could be read"
 
 
-def probe(key_path):
+def _seen(search, texts):
+    # "error: WHY" where nothing could be read, else "read" or "read: the key" where the key is in what was read.
+    found, size = False, 0
+    for text in texts:
+        if text.startswith("error: ") and not size:
+            return text
+        found, size = found or search.holds(text), size + len(text)
+    return "read: the key" if found else "read"
+
+
+def probe(key_path, key_sha256, key_length):
     me = os.getpid()
-    found = {"uid": os.getuid(), "key file": _read(key_path), "processes": {}}
+    search = KeySearch(key_sha256, key_length)
+    found = {"uid": os.getuid(), "key file": _seen(search, [_read(key_path)]), "processes": {}}
     for pid in sorted(p for p in os.listdir("/proc") if p.isdigit() and int(p) != me and int(p) != os.getppid()):
+        cmdline = _read("/proc/%s/cmdline" % pid).replace("\0", " ")
         found["processes"][pid] = {
-            "cmdline": _read("/proc/%s/cmdline" % pid).replace("\0", " "),
-            "environ": _read("/proc/%s/environ" % pid),
-            "key through root": _read("/proc/%s/root%s" % (pid, key_path)),
-            "mem": _memory(pid),
+            "cmdline": cmdline[:200],
+            "holds the key in cmdline": search.holds(cmdline),
+            "environ": _seen(search, [_read("/proc/%s/environ" % pid)]),
+            "key through root": _seen(search, [_read("/proc/%s/root%s" % (pid, key_path))]),
+            "mem": _seen(search, _memory(pid)),
         }
     return found
 
 
 if __name__ == "__main__":
-    print(json.dumps(probe(KEY_PATH)))
+    print(json.dumps(probe(KEY_PATH, KEY_SHA256, KEY_LENGTH)))
 '''
 
 # A Ray task that a Ray-token holder submits from inside the head's Ray container, placed on the head's node.
@@ -95,31 +141,36 @@ ray.init(address="auto", logging_level="ERROR", log_to_driver=False)
 
 
 @ray.remote(num_cpus=0)
-def run(source, key_path):
+def run(source, key_path, key_sha256, key_length):
     scope = {"__name__": "probe"}
     exec(source, scope)
-    return scope["probe"](key_path)
+    return scope["probe"](key_path, key_sha256, key_length)
 
 
 here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-print(json.dumps(ray.get(run.options(scheduling_strategy=here).remote(SOURCE, KEY_PATH), timeout=120)))
+print(json.dumps(ray.get(run.options(scheduling_strategy=here).remote(SOURCE, KEY_PATH, KEY_SHA256, KEY_LENGTH),
+                          timeout=120)))
 '''
 
 
-def probe_source(key_path=KEY_IN_CONTAINER):
-    return "KEY_PATH = %r\n%s" % (key_path, PROBE)
+def key_search(lab):
+    """What the probe searches by: the controller's key's sha256 and length (letters and digits, as PROBE needs)."""
+    key = controller_key(lab)
+    assert re.fullmatch("[A-Za-z0-9]+", key), "the probe finds only a key of letters and digits"
+    return "KEY_PATH = %r\nKEY_SHA256 = %r\nKEY_LENGTH = %d\n" % (
+        KEY_IN_CONTAINER, hashlib.sha256(key.encode()).hexdigest(), len(key))
 
 
 def run_probe(lab, node, container, user="0:0", prefix=""):
     """What a process of ``container`` on ``node`` (as ``user``, under ``prefix``) reads of every process it sees."""
     command = "docker exec -i -u %s %s %s python3 -" % (user, container, prefix)
-    result = lab.host(node).run("printf '%%s' %s | %s" % (_quoted(probe_source()), command))
+    result = lab.host(node).run("printf '%%s' %s | %s" % (_quoted(key_search(lab) + PROBE), command))
     assert result.rc == 0, (node, container, user, result.stderr[-2000:])
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def run_ray_task(lab):
-    script = "SOURCE = %r\nKEY_PATH = %r\n%s" % (PROBE, KEY_IN_CONTAINER, RAY_TASK)
+    script = "SOURCE = %r\n%s%s" % (PROBE, key_search(lab), RAY_TASK)
     result = lab.host(HEAD).run("printf '%%s' %s | docker exec -i %s python3 -" % (_quoted(script), RAY))
     assert result.rc == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -134,12 +185,13 @@ def is_api_server(process):
     return "bin/vllm serve " in process["cmdline"] and "--headless" not in process["cmdline"]
 
 
-def leaks(found, key):
+def leaks(found):
     """Where ``found`` (a probe's answer) shows the key, and the server's memory if it could be read at all."""
-    where = ["the key file"] if key in found["key file"] else []
+    where = ["the key file"] if found["key file"] == "read: the key" else []
     for pid, process in found["processes"].items():
+        where += ["cmdline of %s (%s)" % (pid, process["cmdline"][:60])] if process["holds the key in cmdline"] else []
         where += ["%s of %s (%s)" % (what, pid, process["cmdline"][:60])
-                  for what in ("cmdline", "environ", "key through root", "mem") if key in process[what]]
+                  for what in ("environ", "key through root", "mem") if process[what] == "read: the key"]
         if is_api_server(process) and not process["mem"].startswith("error: "):
             where.append("the memory of the API server %s" % pid)
     return where
@@ -198,37 +250,36 @@ def test_the_server_holds_the_key_and_the_file_needs_a_capability(deployed):
 
 @pytest.mark.parametrize("who", ["root", "an unprivileged user"])
 def test_no_process_of_another_container_reads_the_key(deployed, who):
-    key = controller_key(deployed)
     user = "0:0" if who == "root" else NOBODY
     # Every container on the engine's node but its own, then every container of the other node.
     others = [(HEAD, RAY)] if BACKEND == "ray" else []
     others += [(WORKER, node_container())]
     for node, container in others:
-        where = leaks(run_probe(deployed, node, container, user=user), key)
-        assert not where, (node, container, who, where)
-    if BACKEND == "ray":
-        # The probe from the head's Ray container saw the engine's processes (the same PID namespace): it was tried.
-        seen = run_probe(deployed, HEAD, RAY, user=user)["processes"].values()
-        assert any(is_api_server(process) for process in seen)
+        found = run_probe(deployed, node, container, user=user)
+        assert not leaks(found), (node, container, who, leaks(found))
+        if (node, container) == (HEAD, RAY):
+            # It saw the engine's processes (the same PID namespace): it was tried.
+            assert any(is_api_server(process) for process in found["processes"].values())
 
 
 def test_no_process_that_vllm_starts_reads_the_key(deployed):
     """A model's remote code runs in the engine's processes: in its container, without the start script's capabilities."""
-    key = controller_key(deployed)
     for user in ("0:0", NOBODY):
         found = run_probe(deployed, HEAD, VLLM, user=user, prefix=AS_VLLM_CHILD if user == "0:0" else "")
         assert any(is_api_server(process) for process in found["processes"].values()), "the server was not seen"
-        where = leaks(found, key)
+        where = leaks(found)
         assert not where, (user, where)
+    # With the start script's capabilities (the one process that has them) the probe reads the key file and finds the
+    # key in it: its search finds the key where it is.
+    assert "the key file" in leaks(run_probe(deployed, HEAD, VLLM)), "the probe did not find the key in its own file"
 
 
 @pytest.mark.skipif(BACKEND != "ray", reason="a Ray task needs the Ray backend")
 def test_a_ray_task_on_the_engines_node_does_not_read_the_key(deployed):
-    key = controller_key(deployed)
     found = run_ray_task(deployed)
     assert found["processes"], "the Ray task saw no process"
     assert any(is_api_server(process) for process in found["processes"].values())
-    where = leaks(found, key)
+    where = leaks(found)
     assert not where, where
 
 
