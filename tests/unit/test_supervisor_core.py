@@ -393,8 +393,8 @@ def test_an_engine_that_docker_could_not_start_has_not_served_since():
     assert state["reason"].startswith("the restart budget is spent (3 restarts in 3600 s)")
 
 
-@pytest.mark.parametrize("before, after, started", [("t0", "restart-at-60", True), ("t0", "t0", False),
-                                                     (None, "restart-at-60", True)])
+@pytest.mark.parametrize("before, after, started", [
+    ("t0", "restart-at-60", True), ("t0", "t0", False), (None, "restart-at-60", True)])
 def test_a_start_of_the_group_tells_whether_the_engine_container_started(before, after, started):
     state = dict(core.new_state(0), engine_started_at=before)
     assert core.restarted(state, after)["engine_started"] is started
