@@ -138,9 +138,10 @@ class ActionModule(ActionBase):
                 return host_vars[name]
         return controller_secrets_dir(host_vars['inventory_dir']) if host_vars.get('inventory_dir') else '~/.config/dgxspark'
 
-    def _api_tls(self, hostvars, plan, task_vars):
+    def _api_tls(self, hostvars, plan, task_vars, group=None):
         """(the plan's api.tls, problems) from dgxspark_api_tls and its files: checked (files) or made once (generated)
-        for the address clients call, the head's name and rail addresses, the loopback and dgxspark_api_tls_names."""
+        for the address clients call, the head's name and rail addresses, the loopback and dgxspark_api_tls_names; a
+        fleet's group (group) gets a generated certificate of its own."""
         head, heads = plan['head'], [plan['head']]
         settings = dict((name, self._head_value(hostvars, heads, task_vars, 'dgxspark_api_tls_' + name) if name != 'mode'
                          else self._head_value(hostvars, heads, task_vars, 'dgxspark_api_tls'))
@@ -150,7 +151,7 @@ class ActionModule(ActionBase):
             return None, ['dgxspark_api_tls_names must be a list of DNS names or addresses, got %r' % (extra,)]
         rails = list(plan['nodes'][0]['rail_addresses'].values())
         names = api_tls.client_names(plan['api']['host'], head, rails, extra)
-        return api_tls.plan_tls(settings, plan['api']['host'], names, self._key_dir(hostvars, head), head)
+        return api_tls.plan_tls(settings, plan['api']['host'], names, self._key_dir(hostvars, head), head, group=group)
 
     def _secrets_dir_problems(self, hostvars, heads):
         """The refusal for secrets still kept only in the directory shared by the inventory directory's name (the
@@ -230,7 +231,7 @@ class ActionModule(ActionBase):
         if not problems:
             for name, member_groups in found:
                 one = self._plan_cluster(member_groups, hostvars, task_vars, presets, presets_by, [], bases[name],
-                                         'group %s' % name)
+                                         'group %s' % name, group=name)
                 if one['problems']:
                     failed.extend('serving group %s (%s): %s' % (name, ', '.join(members[name]), p) for p in one['problems'])
                     notes.extend(n for n in one['notes'] if n not in notes)
@@ -283,7 +284,7 @@ class ActionModule(ActionBase):
         return self._plan_fleet(result, found, group_problems + problems, hostvars, groups, task_vars, presets, presets_by)
 
     def _plan_cluster(self, plan_groups, hostvars, task_vars, presets, presets_by, problems, address_base=0,
-                      hosts_where='groups head/workers'):
+                      hosts_where='groups head/workers', group=None):
         """{'result': the action's result for one serving group, 'problems', 'notes'}: the plan of the hosts of
         plan_groups ({'head': [host], 'workers': [hosts]}), checked against the roles' inputs, with its commands."""
         result = {}
@@ -356,7 +357,7 @@ class ActionModule(ActionBase):
             problems.extend(role_networks.rendezvous_port_problems(role_values, plan['mp_master'], port_defaults(specs)[1]))
             plan['api'] = role_networks.api_endpoint(plan['head'], role_values.get(plan['head'], {}), plan['hf_repo'],
                                                      port_defaults(specs)[1]['vllm_container_port'], self._key_dir(hostvars, plan['head']))
-            plan['api']['tls'], tls_problems = self._api_tls(hostvars, plan, task_vars)
+            plan['api']['tls'], tls_problems = self._api_tls(hostvars, plan, task_vars, group)
             problems.extend(tls_problems)
             problems.extend(role_networks.prometheus_tls_problems(role_values, plan['head'], plan['api']['tls']))
         problems.extend(self._secrets_dir_problems(hostvars, plan_groups['head']))

@@ -217,13 +217,20 @@ def _fresh(cert, now):
     return cert.not_valid_after_utc - now > datetime.timedelta(days=RENEW_DAYS)
 
 
-def generated_files(directory, names, cluster, now=None):
+def generated_files(directory, names, cluster, now=None, group=None):
     """Make the cluster CA and the server certificate for ``names`` in ``directory`` unless they are there, fresh, and
-    for these names. Returns {cert_file, key_file, ca_file, made: [what was made]}."""
+    for these names. Returns {cert_file, key_file, ca_file, made: [what was made]}.
+
+    ``group``: a serving group of a fleet (issue 51), whose server certificate and key lie in ``directory/<group>``,
+    signed by the one CA in ``directory``: in one file, each group's plan would replace the other's certificate (each
+    head would get the last group's names) and make it again at every run."""
     now = _now(now)
-    os.makedirs(directory, mode=0o700, exist_ok=True)
-    os.chmod(directory, 0o700)
-    paths = dict((name, os.path.join(directory, name)) for name in ('ca.key', 'ca.crt', 'api.key', 'api.crt'))
+    server_dir = os.path.join(directory, group) if group else directory
+    for path in (directory, server_dir):
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        os.chmod(path, 0o700)
+    paths = dict((name, os.path.join(directory, name)) for name in ('ca.key', 'ca.crt'))
+    paths.update((name, os.path.join(server_dir, name)) for name in ('api.key', 'api.crt'))
     made = []
     try:
         ca_key = _load_key(paths['ca.key'], 'the cluster CA key')
@@ -257,9 +264,10 @@ def _self_signed(cert):
     return cert.issuer == cert.subject and _issued_by(cert, cert)
 
 
-def plan_tls(settings, server_name, names, secrets_dir, cluster, now=None):
+def plan_tls(settings, server_name, names, secrets_dir, cluster, now=None, group=None):
     """(the plan's api.tls, problems). settings: mode, cert_file, key_file, ca_file (the inventory's). server_name: the
-    name clients call (the head's ansible_host, else its name); names: what a generated certificate holds."""
+    name clients call (the head's ansible_host, else its name); names: what a generated certificate holds; group: the
+    serving group (a fleet's), whose generated certificate is its own (generated_files)."""
     mode = str(settings.get('mode') or 'off')
     if mode not in MODES:
         return None, ['dgxspark_api_tls is %r: use off (plain HTTP), generated (a cluster CA the collection makes) or files '
@@ -283,7 +291,8 @@ def plan_tls(settings, server_name, names, secrets_dir, cluster, now=None):
         controller = {'cert_file': paths['cert_file'], 'key_file': paths['key_file'], 'ca_file': ca}
     else:
         try:
-            controller = generated_files(os.path.join(os.path.expanduser(str(secrets_dir)), GENERATED_DIR), names, cluster, now)
+            controller = generated_files(os.path.join(os.path.expanduser(str(secrets_dir)), GENERATED_DIR), names, cluster, now,
+                                         group)
         except (OSError, ApiTlsError) as exc:
             return None, ['the API certificate cannot be made in %s (%s): check that the controller\'s secrets directory is '
                           'writable.' % (secrets_dir, exc)]

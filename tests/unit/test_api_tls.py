@@ -157,6 +157,26 @@ def test_generated_files_are_made_once_kept_private_and_renewed_when_names_or_ti
     assert api_tls.generated_files(directory, names, 'lab', now=NOW)['made'] == ['CA', 'certificate']
 
 
+
+def test_each_serving_group_of_a_fleet_keeps_its_own_generated_certificate_from_the_one_ca(tmp_path):
+    """Issue 51: both groups' certificates were one file, so each plan run replaced the other group's (the first head
+    got the second head's names) and made it again at the next run."""
+    directory = str(tmp_path / 'api_tls')
+    first = api_tls.generated_files(directory, ['spark-01', '192.168.100.10'], 'spark-01', now=NOW, group='fleet_a')
+    second = api_tls.generated_files(directory, ['spark-05', '192.168.100.14'], 'spark-05', now=NOW, group='fleet_b')
+    assert (first['made'], second['made']) == (['CA', 'certificate'], ['certificate'])
+    assert first['ca_file'] == second['ca_file'] == os.path.join(directory, 'ca.crt')
+    assert first['cert_file'] == os.path.join(directory, 'fleet_a', 'api.crt') != second['cert_file']
+    assert _mode(os.path.join(directory, 'fleet_a')) == 0o700 and _mode(second['key_file']) == 0o600
+    # planned again: nothing made, and each certificate still names its own head
+    assert api_tls.generated_files(directory, ['spark-01', '192.168.100.10'], 'spark-01', now=NOW, group='fleet_a')['made'] == []
+    assert api_tls.check_files(first['cert_file'], first['key_file'], first['ca_file'], 'spark-01', now=NOW) == []
+    assert api_tls.check_files(second['cert_file'], second['key_file'], second['ca_file'], 'spark-05', now=NOW) == []
+    tls, problems = api_tls.plan_tls({'mode': 'generated'}, 'spark-05', ['spark-05'], str(tmp_path), 'spark-05', now=NOW,
+                                     group='fleet_b')
+    assert problems == [] and tls['controller']['cert_file'] == os.path.join(directory, 'fleet_b', 'api.crt')
+
+
 @pytest.mark.parametrize('enabled, ca, expected', [
     (False, None, 'API: http://h:8000/v1 (plain HTTP: the key crosses the network in clear'),
     (True, '/c/ca.crt', 'API: https://h:8000/v1 (TLS generated, certificate for h, 127.0.0.1, valid until 2027-01-01; '
