@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 
 import yaml
@@ -213,6 +214,28 @@ class ActionModule(ActionBase):
         hosts = list(groups.get('all') or [])
         return self._head_value(hostvars, hosts[:1], task_vars, name) if hosts else self._templar.template(task_vars.get(name))
 
+    def _router_settings(self, hostvars, groups, task_vars, members=None):
+        """(settings, problems): dgxspark_router_host and dgxspark_router_port as each serving group's head sees them
+        (members: {group: its hosts}; None: the one group of head and workers), which must agree (fleet_plan)."""
+        heads = dict((name, hosts[:1]) for name, hosts in (members or {'': list(groups.get('head') or [])}).items())
+        return fleet_plan.router_settings(dict(
+            (name, dict((key, self._head_value(hostvars, head, task_vars, 'dgxspark_router_' + key)) for key in ('host', 'port')))
+            for name, head in heads.items()))
+
+    @staticmethod
+    def _key_sources(hostvars, plans):
+        """{group: its API key's source}: the generated key's file, or a digest of the key its head's variables give (the
+        router needs one key for every group; the key itself is never kept)."""
+        sources = {}
+        for name, plan in plans.items():
+            try:
+                given = hostvars[plan['head']].get('vllm_container_api_key')
+            except Exception:  # pylint: disable=broad-except  # not templated here: compared by where it comes from
+                given = None
+            sources[name] = ('given:%s' % hashlib.sha256(str(given).encode('utf-8')).hexdigest() if given
+                             else 'file:%s' % plan['api']['api_key_file'])
+        return sources
+
     @staticmethod
     def _host_groups(groups, members):
         """{host: its serving group} for every host of the inventory and the controller (localhost): a host outside every
@@ -226,7 +249,7 @@ class ActionModule(ActionBase):
         those of the groups before), then the fleet's checks; the tables one a group, then the fleet's summary."""
         inventory = inventory_sources(task_vars)
         bases = fleet_plan.address_bases(found)
-        plans, tables, failed, notes = {}, [], [], []
+        plans, tables, failed, notes, ports = {}, [], [], [], {}
         members = dict((name, list(m['head']) + list(m['workers'])) for name, m in found)
         if not problems:
             for name, member_groups in found:
@@ -237,17 +260,25 @@ class ActionModule(ActionBase):
                     notes.extend(n for n in one['notes'] if n not in notes)
                     continue
                 plans[name] = one['result']['plan']
+                ports.update(one['ports'])
                 tables.extend(['Serving group %s (%s)' % (name, ', '.join(members[name]))] + one['result']['table'][1:])
         problems = problems + failed
         if not problems:
             problems = fleet_plan.fleet_problems(plans)
+        settings, setting_problems = self._router_settings(hostvars, groups, task_vars, members)
+        problems = problems or setting_problems
+        if not problems:
+            router, problems = fleet_plan.router_plan(
+                plans, settings,
+                dict((host, str(hostvars[host].get('ansible_host') or host)) for hosts in members.values() for host in hosts),
+                ports, self._key_sources(hostvars, plans))
         if problems:
             result['failed'] = True
             result['msg'] = 'The fleet plan is invalid (%d problem%s) for the inventory %s: see the problems below.' % (
                 len(problems), '' if len(problems) == 1 else 's', inventory)
             result['problems'] = ''.join('%s\n' % line for line in ['- %s' % p for p in problems] + notes)
             return result
-        fleet = fleet_plan.fleet_view(plans, members)
+        fleet = fleet_plan.with_router(fleet_plan.fleet_view(plans, members), router)
         first = found[0][0]
         result.update(plan=plans[first], group_plans=plans, host_groups=self._host_groups(groups, members), fleet=fleet,
                       table=['Inventory: %s' % inventory] + tables + fleet_plan.fleet_lines(fleet))
@@ -275,7 +306,8 @@ class ActionModule(ActionBase):
         declared = self._fleet_value(hostvars, groups, task_vars, 'dgxspark_serving_groups')
         found, group_problems = fleet_plan.serving_groups(declared, groups)
         if declared is None:
-            # One group (head, workers): planned, printed and given exactly as before.
+            # One group (head, workers): planned, printed and given exactly as before; no router to plan.
+            problems = problems + fleet_plan.lone_router_problems(self._router_settings(hostvars, groups, task_vars)[0])
             one = self._plan_cluster(found[0][1], hostvars, task_vars, presets, presets_by, problems)
             result.update(one['result'])
             if 'plan' in one['result']:
@@ -404,4 +436,6 @@ class ActionModule(ActionBase):
         result['table'] = (render_plan_table(plan, inventory_sources(task_vars)) + api_tls.table_lines(plan['api'])
                            + [role_networks.prometheus_table_line(plan['serving']['prometheus'])]
                            + serving_command.command_lines(plan['containers']))
-        return {'result': result, 'problems': [], 'notes': []}
+        # Every port each node opens, which the fleet's router must not take on its node.
+        ports = dict((host, role_networks.node_ports(role_values.get(host, {}), *port_defaults(specs))) for host in node_hosts)
+        return {'result': result, 'problems': [], 'notes': [], 'ports': ports}

@@ -15,8 +15,12 @@ groups are replicas).
 
 from __future__ import annotations
 
-# The router that will serve every group's models behind one address is not planned yet (issue 51 item 2).
-ROUTER_PLACEHOLDER = 'none yet: the router is issue 51 item 2; clients call each group at its own address'
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils import api_tls
+
+# The router (LiteLLM's proxy, docs/fleet-router.md): one OpenAI endpoint in front of two or more serving groups.
+ROUTER_PORT_DEFAULT = 4000  # LiteLLM's own default, free of every port the plan gives a node by default
+# On the router's node: every group's CA in one file, which LiteLLM checks the groups' certificates with (ssl_verify).
+ROUTER_UPSTREAM_CA = '/etc/dgxspark/router/upstream-ca.pem'
 
 
 def serving_groups(declared, groups):
@@ -140,7 +144,21 @@ def fleet_view(plans, hosts_by_group):
             continue
         models.append({'served_model_name': group['served_model_name'], 'hf_repo': group['hf_repo'],
                        'model_revision': group['model_revision'], 'replicas': [group['name']]})
-    return {'groups': groups, 'models': models, 'endpoint': {'router': None, 'note': ROUTER_PLACEHOLDER}}
+    return {'groups': groups, 'models': models, 'router': None, 'endpoint': {
+        'router': None, 'url': groups[0]['api_url'] if len(groups) == 1 else None,
+        'note': 'one group, no router: clients call %s' % groups[0]['api_url'] if len(groups) == 1 else
+        'no router: clients call each group at its own address'}}
+
+
+def with_router(fleet, router):
+    """The fleet's summary with its router (router_plan): the endpoint every model is served at."""
+    if not router:
+        return fleet
+    return dict(fleet, router=router, endpoint={
+        'router': router['url'], 'url': router['url'],
+        'note': '%s (the router on %s: every model above%s)' % (
+            router['url'], router['host'], ', TLS with the certificate of %s' % router['tls']['server_name']
+            if router['tls']['enabled'] else ', plain HTTP')})
 
 
 def fleet_lines(fleet):
@@ -157,4 +175,171 @@ def fleet_lines(fleet):
             model['served_model_name'], model['hf_repo'], model['model_revision'], len(model['replicas']),
             '' if len(model['replicas']) == 1 else 's', ', '.join(model['replicas'])))
     lines.append('  endpoint: %s' % fleet['endpoint']['note'])
+    for model in (fleet.get('router') or {}).get('models', []):
+        lines.append('  router: %s -> %s' % (model['served_model_name'], ', '.join(
+            '%s (%s)' % (r['api_base'], r['group']) for r in model['replicas'])))
     return lines
+
+
+def _router_port(value):
+    """The router's port as an int, or None when it is no TCP port (a bool is no port, though Python counts it an int)."""
+    if isinstance(value, bool):
+        return None
+    try:
+        port = int(str(value).strip())
+    except (TypeError, ValueError):
+        return None
+    return port if 1 <= port <= 65535 and str(value).strip().isdigit() else None
+
+
+def _router_port_problems(port, host, plan, node_ports):
+    """The router's port against every port the plan gives its node: the node's own (node_ports: role_networks.node_ports
+    of it), the monitoring's where they run there, the mp rendezvous on a head, and Ray's worker range."""
+    ports, workers = node_ports.get(host) or ([], None)
+    taken = list(ports)
+    serving = plan.get('serving') or {}
+    if (serving.get('prometheus') or {}).get('host') == host:
+        taken.append((serving.get('prometheus_port'), 'monitoring_prometheus_port (Prometheus)'))
+    taken.append((serving.get('node_exporter_port'), 'monitoring_node_exporter_port (the node exporter)'))
+    if plan.get('mp_master') and plan['head'] == host:
+        taken.append((plan['mp_master'].get('port'), "dgxspark_mp_master_port (mp's rendezvous)"))
+    problems = ['dgxspark_router_port is %d, the port of %s on %s: give the router a free port (default %d).'
+                % (port, what, host, ROUTER_PORT_DEFAULT) for number, what in taken if number == port]
+    if workers and workers[0] <= port <= workers[1]:
+        problems.append('dgxspark_router_port is %d, inside Ray\'s worker port range %d-%d on %s (ray_cluster_ports.min_worker/'
+                        'max_worker), where a Ray worker may already listen: move it out of the range.'
+                        % (port, workers[0], workers[1], host))
+    return problems
+
+
+def _upstream_address(plan):
+    """Where the router calls a group's API: its head's address on the first rail, which the firewall opens to every node
+    of the fleet (the management address takes only dgxspark_api_allowed_cidrs), or the one address vLLM binds."""
+    local = str(plan['api'].get('local_url') or '').split('://')[-1].rsplit(':', 1)[0]
+    if local and local != '127.0.0.1':
+        return local
+    return plan['nodes'][0]['rail_addresses'][plan['rails'][0]['name']]
+
+
+def _router_tls(plans, group, host, address):
+    """(the router's tls, problems). With the API's TLS on every group, the router serves HTTPS with its node's API
+    certificate, so its node is a head (the key never leaves a head) and clients call it at that head's address, which
+    the certificate names; it checks each group's certificate with the groups' CAs at the address it calls."""
+    enabled = dict((name, bool((plan['api'].get('tls') or {}).get('enabled'))) for name, plan in plans.items())
+    if len(set(enabled.values())) > 1:
+        return None, ['dgxspark_api_tls is on for %s but off for %s: the router serves one scheme and would carry the API '
+                      'key in clear to a group without TLS; set dgxspark_api_tls in group_vars/all, the same for every '
+                      'group.' % (', '.join(n for n, on in enabled.items() if on), ', '.join(n for n, on in enabled.items() if not on))]
+    off = {'enabled': False, 'server_name': None, 'cert_file': None, 'key_file': None, 'ca_file': None,
+           'controller': {'cert_file': None, 'key_file': None, 'ca_file': None}, 'upstream_ca_file': None,
+           'upstream_ca_files': [], 'upstream_system_trust': False}
+    if not any(enabled.values()):
+        return off, []
+    heads = dict((plan['head'], name) for name, plan in plans.items())
+    if host not in heads:
+        return None, ['dgxspark_router_host is %s, but with dgxspark_api_tls %s the router serves HTTPS with the API '
+                      'certificate of a head, whose key never leaves that head: name one of the heads (%s), or set '
+                      'dgxspark_api_tls: off.' % (host, plans[group]['api']['tls']['mode'], ', '.join(heads))]
+    problems = []
+    for name, plan in plans.items():
+        tls, called = plan['api']['tls'], _upstream_address(plan)
+        if not api_tls.name_matches(called, tls['names']):
+            problems.append('the API certificate of serving group %s is for %s, but the router calls that group at %s (its '
+                            'head\'s first rail, which the firewall opens to the fleet): make a certificate whose '
+                            'subjectAltName includes %s too, or use dgxspark_api_tls: generated, which does.'
+                            % (name, ', '.join(tls['names']), called, called))
+    own = plans[group]['api']['tls']
+    cas = [plan['api']['tls']['controller']['ca_file'] for plan in plans.values()]
+    return dict(off, enabled=True, server_name=address, cert_file=own['cert_file'], key_file=own['key_file'],
+                ca_file=own['ca_file'], controller=dict(own['controller']), upstream_ca_file=ROUTER_UPSTREAM_CA,
+                upstream_ca_files=sorted(set(c for c in cas if c)),
+                # a group with a public CA's certificate: the system's trust store joins the bundle
+                upstream_system_trust=any(not c for c in cas)), problems
+
+
+def router_settings(values_by_group):
+    """(the router's settings {'host', 'port'}, problems) from each group's view of dgxspark_router_host and
+    dgxspark_router_port (values_by_group: {group: {'host', 'port'}}, None where not set). The fleet has one router, so
+    a value set in group_vars/<group> only, or differently per group, is refused rather than one of them taken."""
+    settings, problems = {'host': None, 'port': None}, []
+    for name in ('host', 'port'):
+        seen = [(group, values.get(name)) for group, values in values_by_group.items()]
+        if len(set(repr(value) for _group, value in seen)) > 1:
+            problems.append('dgxspark_router_%s differs between the serving groups (%s): the fleet has one router; set it in '
+                            'group_vars/all only.' % (name, ', '.join('%s: %s' % (group, 'not set' if value is None else
+                                                                                   repr(value)) for group, value in seen)))
+        elif seen:
+            settings[name] = seen[0][1]
+    return settings, problems
+
+
+def lone_router_problems(settings):
+    """The router's variables set where there is one serving group (the classic head/workers inventory, or one group
+    listed): nothing to route, and a variable left set there would be silently ignored."""
+    given = ['dgxspark_router_%s' % name for name in ('host', 'port') if settings.get(name) is not None]
+    if not given:
+        return []
+    return ['%s %s set, but the inventory has one serving group: the router stands in front of two or more '
+            '(dgxspark_serving_groups), and clients call one group at its own address; remove %s.'
+            % (' and '.join(given), 'are' if len(given) > 1 else 'is', 'them' if len(given) > 1 else 'it')]
+
+
+def router_plan(plans, settings, addresses, node_ports, key_sources):
+    """(the fleet's router, problems): None with fewer than two serving groups (one group is called at its own address).
+
+    plans: {group: its plan}, in the fleet's order; settings: {'host', 'port'} as the inventory sets
+    dgxspark_router_host and dgxspark_router_port (None: not set); addresses: {host: its ansible_host, else its name};
+    node_ports: {host: role_networks.node_ports of it}; key_sources: {group: what its API key is (its generated key's
+    file, or a digest of the key the inventory gives)}, which must be one key: the router checks clients against it and
+    sends it to every group."""
+    if len(plans) < 2:
+        return None, lone_router_problems(settings)
+    members = dict((host, name) for name, plan in plans.items() for host in (n['host'] for n in plan['nodes']))
+    first = next(iter(plans))
+    host = plans[first]['head'] if settings.get('host') is None else settings['host']
+    if not isinstance(host, str) or host not in members:
+        return None, ['dgxspark_router_host is %r, not a node of a serving group (%s): name one of them (default: %s, the '
+                      'first group\'s head); the router calls the groups over the rails, which only their nodes have.'
+                      % (host, ', '.join(members), plans[first]['head'])]
+    port = ROUTER_PORT_DEFAULT if settings.get('port') is None else _router_port(settings['port'])
+    if port is None:
+        return None, ['dgxspark_router_port is %r, not a TCP port: use 1 to 65535 (default %d).'
+                      % (settings['port'], ROUTER_PORT_DEFAULT)]
+    group = members[host]
+    problems = _router_port_problems(port, host, plans[group], node_ports)
+    tls, tls_problems = _router_tls(plans, group, host, addresses.get(host) or host)
+    problems.extend(tls_problems)
+    if len(set(key_sources.values())) > 1:
+        problems.append('the serving groups do not share one API key (%s): the router takes one key from clients and sends '
+                        'it to every group; give vllm_container_api_key in group_vars/all only, or leave it unset '
+                        'everywhere (the generated key in the controller\'s secrets directory).'
+                        % '; '.join('%s: %s' % (name, 'its own vllm_container_api_key' if source.startswith('given')
+                                                else 'the generated key') for name, source in key_sources.items()))
+    if problems:
+        return None, problems
+    scheme = 'https' if tls['enabled'] else 'http'
+    address = addresses.get(host) or host
+    models = []
+    for name, plan in plans.items():
+        replica = {'group': name, 'head': plan['head'], 'api_url': plan['api']['url'],
+                   'api_base': '%s://%s:%s/v1' % (plan['api'].get('scheme', 'http'), _upstream_address(plan), plan['api']['port'])}
+        same = [m for m in models if m['served_model_name'] == plan['api']['served_model_name']]
+        if same:
+            same[0]['replicas'].append(replica)
+        else:
+            models.append({'served_model_name': plan['api']['served_model_name'], 'replicas': [replica]})
+    api = plans[first]['api']
+    return {
+        'host': host,
+        'group': group,
+        'address': address,
+        'port': port,
+        'scheme': scheme,
+        'url': '%s://%s:%s/v1' % (scheme, address, port),
+        'local_url': '%s://127.0.0.1:%s' % (scheme, port),
+        'tls': tls,
+        # the key clients give the router and the router gives every group: the groups' one key
+        'api_key_file': api['api_key_file'],
+        'api_key_given': api['api_key_given'],
+        'models': models,
+    }, []

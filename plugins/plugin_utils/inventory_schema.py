@@ -130,6 +130,8 @@ SHARED_VARIABLES = (
     {'name': 'dgxspark_distribute_model', 'description': 'Whether the deploy brings the model to every node (default true).'},
     {'name': 'dgxspark_profiles_dir', 'description': 'A directory of model profiles of your own, beside the collection\'s.'},
     {'name': 'dgxspark_serving_groups', 'description': 'The Ansible groups that each serve one model (a fleet), first host the head.'},
+    {'name': 'dgxspark_router_host', 'description': "The node the fleet's router runs on (default: the first serving group's head)."},
+    {'name': 'dgxspark_router_port', 'description': "The fleet router's port (default 4000), free of the plan's ports on its node."},
     {'name': 'dgxspark_fleet', 'description': "Set by plan.yml with serving groups: the fleet's groups, models and endpoint."},
 )
 

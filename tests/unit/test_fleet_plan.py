@@ -10,7 +10,8 @@ import os
 
 import pytest
 
-from ansible_collections.dgxspark.cluster.plugins.action.cluster_plan import load_profiles
+from ansible_collections.dgxspark.cluster.plugins.action.cluster_plan import load_profiles, port_defaults
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils import api_tls, role_inputs, role_networks
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils import cluster_plan as cp
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils import fleet_plan
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils.role_networks import api_endpoint
@@ -138,4 +139,174 @@ def test_the_same_name_on_the_same_model_makes_replicas():
     lines = fleet_plan.fleet_lines(view)
     assert lines[0] == 'Fleet: 2 serving groups, 8 nodes, 1 model'
     assert '  model Intel/Qwen3.5-397B-A17B-int4-AutoRound (Intel/Qwen3.5-397B-A17B-int4-AutoRound@main): 2 replicas (fleet_a, fleet_b)' in lines
-    assert lines[-1] == '  endpoint: ' + fleet_plan.ROUTER_PLACEHOLDER
+    assert lines[-1] == '  endpoint: no router: clients call each group at its own address'
+
+
+# ---------------------------------------------------------------- the router (issue 51 item 2)
+
+PORTS = port_defaults(role_inputs.role_specs(ROOT))  # Ray's ports and the single ports, as the roles' specs default them
+ALL_HOSTS = GROUPS['fleet_a'] + GROUPS['fleet_b']
+NO_ROUTER_SETTINGS = {'host': None, 'port': None}
+
+
+def served(plans, tls=None, bind=None, node_values=None):
+    """The groups' plans as the action finishes them: the API with its TLS (tls: {group: api_tls.plan_tls's}, else off)
+    and where vLLM binds, the monitoring's ports (Prometheus on the head); with every node's ports (node_values: the
+    variables of some nodes)."""
+    off = api_tls.plan_tls({'mode': 'off'}, '', [], '', '')[0]
+    for name, plan in plans.items():
+        plan['api'] = role_networks.api_with_tls(plan['api'], (tls or {}).get(name, off), bind)
+        plan['serving'] = {'prometheus': {'host': plan['head']}, 'prometheus_port': 9090, 'node_exporter_port': 9100}
+    ports = dict((h, role_networks.node_ports((node_values or {}).get(h, {}), *PORTS)) for h in ALL_HOSTS)
+    return plans, ports
+
+
+def generated_tls(tmp_path, plans):
+    """Each group's API TLS as dgxspark_api_tls: generated plans it (one CA, a certificate a group)."""
+    tls = {}
+    for name, plan in plans.items():
+        rails = list(plan['nodes'][0]['rail_addresses'].values())
+        tls[name] = api_tls.plan_tls({'mode': 'generated'}, plan['api']['host'],
+                                     api_tls.client_names(plan['api']['host'], plan['head'], rails), str(tmp_path), plan['head'],
+                                     group=name)[0]
+    return tls
+
+
+def route(plans, ports, settings=None, addresses=None, keys=None):
+    keys = keys or dict((name, 'file:/keys/vllm_api_key') for name in plans)
+    return fleet_plan.router_plan(plans, dict(NO_ROUTER_SETTINGS, **(settings or {})), addresses or {}, ports, keys)
+
+
+def test_the_router_runs_on_the_first_groups_head_at_4000_and_calls_each_group_on_its_heads_first_rail():
+    router, problems = route(*served(fleet()))
+    assert problems == []
+    assert (router['host'], router['group'], router['port'], router['url']) == ('s1', 'fleet_a', 4000, 'http://s1:4000/v1')
+    assert router['tls']['enabled'] is False and router['tls']['upstream_ca_file'] is None
+    assert [(m['served_model_name'], [(r['group'], r['api_base'], r['api_url']) for r in m['replicas']])
+            for m in router['models']] == [
+        ('Intel/Qwen3.5-397B-A17B-int4-AutoRound', [('fleet_a', 'http://192.168.100.10:8000/v1', 'http://s1:8000/v1')]),
+        ('QuantTrio/Qwen3-VL-235B-A22B-Instruct-AWQ', [('fleet_b', 'http://192.168.100.14:8000/v1', 'http://s5:8000/v1')])]
+    assert (router['api_key_file'], router['api_key_given']) == ('/keys/vllm_api_key', False)
+    view = fleet_plan.with_router(fleet_plan.fleet_view(*served(fleet())[:1], {'fleet_a': GROUPS['fleet_a'],
+                                                                               'fleet_b': GROUPS['fleet_b']}), router)
+    assert view['router'] == router and view['endpoint']['url'] == 'http://s1:4000/v1'
+    lines = fleet_plan.fleet_lines(view)
+    assert '  endpoint: http://s1:4000/v1 (the router on s1: every model above, plain HTTP)' in lines
+    assert '  router: QuantTrio/Qwen3-VL-235B-A22B-Instruct-AWQ -> http://192.168.100.14:8000/v1 (fleet_b)' in lines
+
+
+def test_two_replicas_of_one_model_are_one_model_with_two_upstreams_and_the_router_goes_where_the_inventory_says():
+    router, problems = route(*served(fleet(b_values=INT4)), settings={'host': 's6', 'port': '4100'},
+                             addresses={'s6': '10.0.0.16'})
+    assert problems == []
+    assert (router['host'], router['group'], router['address'], router['url']) == ('s6', 'fleet_b', '10.0.0.16',
+                                                                                   'http://10.0.0.16:4100/v1')
+    assert [[r['api_base'] for r in m['replicas']] for m in router['models']] == [
+        ['http://192.168.100.10:8000/v1', 'http://192.168.100.14:8000/v1']]
+
+
+def test_a_group_whose_vllm_binds_one_address_is_called_there():
+    router = route(*served(fleet(), bind='10.0.0.5'))[0]
+    assert [m['replicas'][0]['api_base'] for m in router['models']] == ['http://10.0.0.5:8000/v1'] * 2
+
+
+def test_with_tls_the_router_serves_its_heads_certificate_and_checks_the_groups_with_their_ca(tmp_path):
+    plans = fleet()
+    plans, ports = served(plans, tls=generated_tls(tmp_path, plans))
+    router, problems = route(plans, ports, settings={'host': 's5'})
+    assert problems == []
+    tls = router['tls']
+    assert (router['url'], router['local_url']) == ('https://s5:4000/v1', 'https://127.0.0.1:4000')
+    assert (tls['server_name'], tls['cert_file'], tls['key_file'], tls['ca_file']) == (
+        's5', api_tls.CERT_ON_HEAD, api_tls.KEY_ON_HEAD, api_tls.CA_ON_NODES)
+    assert tls['controller']['cert_file'] == str(tmp_path / 'api_tls' / 'fleet_b' / 'api.crt')
+    assert (tls['upstream_ca_file'], tls['upstream_ca_files'], tls['upstream_system_trust']) == (
+        fleet_plan.ROUTER_UPSTREAM_CA, [str(tmp_path / 'api_tls' / 'ca.crt')], False)
+    assert [m['replicas'][0]['api_base'] for m in router['models']] == ['https://192.168.100.10:8000/v1',
+                                                                        'https://192.168.100.14:8000/v1']
+    assert 'TLS with the certificate of s5' in fleet_plan.with_router(fleet_plan.fleet_view(plans, GROUPS), router)['endpoint']['note']
+
+
+def test_one_group_has_no_router_and_refuses_the_routers_variables_when_set():
+    one = {'fleet_a': fleet()['fleet_a']}
+    assert route(*served(one)) == (None, [])
+    assert fleet_plan.lone_router_problems(NO_ROUTER_SETTINGS) == []
+    assert fleet_plan.lone_router_problems({'host': 's1', 'port': None}) == [
+        'dgxspark_router_host is set, but the inventory has one serving group: the router stands in front of two or more '
+        '(dgxspark_serving_groups), and clients call one group at its own address; remove it.']
+    assert route(*served(one), settings={'host': 's1', 'port': 4000})[1] == [
+        'dgxspark_router_host and dgxspark_router_port are set, but the inventory has one serving group: the router stands '
+        'in front of two or more (dgxspark_serving_groups), and clients call one group at its own address; remove them.']
+    view = fleet_plan.fleet_view(one, {'fleet_a': GROUPS['fleet_a']})
+    assert view['router'] is None and view['endpoint']['note'] == 'one group, no router: clients call http://s1:8000/v1'
+
+
+def _files_tls(tmp_path, plans):
+    """fleet_b's API TLS from the user's files, a certificate for its head's name only (not its rail address)."""
+    made = api_tls.generated_files(str(tmp_path / 'users'), ['s5'], 'users')
+    tls = generated_tls(tmp_path, plans)
+    tls['fleet_b'] = api_tls.plan_tls({'mode': 'files', 'cert_file': made['cert_file'], 'key_file': made['key_file'],
+                                       'ca_file': made['ca_file']}, 's5', [], str(tmp_path), 's5')[0]
+    return tls
+
+
+ROUTER_REFUSALS = [
+    ('not-a-node', {'host': 'spark-99'}, None, None,
+     "dgxspark_router_host is 'spark-99', not a node of a serving group (s1, s2, s3, s4, s5, s6, s7, s8): name one of them "
+     "(default: s1, the first group's head); the router calls the groups over the rails, which only their nodes have."),
+    ('host-a-list', {'host': ['s1']}, None, None, "dgxspark_router_host is ['s1'], not a node of a serving group"),
+    ('port-a-word', {'port': 'http'}, None, None, "dgxspark_router_port is 'http', not a TCP port: use 1 to 65535 (default 4000)."),
+    ('port-a-bool', {'port': True}, None, None, 'dgxspark_router_port is True, not a TCP port'),
+    ('port-zero', {'port': 0}, None, None, 'dgxspark_router_port is 0, not a TCP port'),
+    ('port-too-big', {'port': 70000}, None, None, 'dgxspark_router_port is 70000, not a TCP port'),
+    ('api-port', {'port': 8000}, None, None,
+     'dgxspark_router_port is 8000, the port of vllm_container_port (the vLLM API) on s1: give the router a free port (default 4000).'),
+    ('ray-gcs', {'port': 6379}, None, None, 'dgxspark_router_port is 6379, the port of ray_cluster_ports.gcs on s1'),
+    ('ssh', {'port': 2222}, None, {'s1': {'ansible_port': 2222}}, 'dgxspark_router_port is 2222, the port of SSH'),
+    ('prometheus', {'port': 9090}, None, None, 'dgxspark_router_port is 9090, the port of monitoring_prometheus_port (Prometheus) on s1'),
+    ('node-exporter-on-a-worker', {'host': 's2', 'port': 9100}, None, None,
+     'dgxspark_router_port is 9100, the port of monitoring_node_exporter_port (the node exporter) on s2'),
+    ('ray-workers', {'port': 12000}, None, None,
+     "dgxspark_router_port is 12000, inside Ray's worker port range 10002-19999 on s1 (ray_cluster_ports.min_worker/max_worker)"),
+    ('default-taken', {}, None, {'s1': {'vllm_container_port': 4000}},
+     'dgxspark_router_port is 4000, the port of vllm_container_port (the vLLM API) on s1: give the router a free port'),
+    ('tls-on-a-worker', {'host': 's2'}, 'generated', None,
+     'dgxspark_router_host is s2, but with dgxspark_api_tls generated the router serves HTTPS with the API certificate of '
+     'a head, whose key never leaves that head: name one of the heads (s1, s5), or set dgxspark_api_tls: off.'),
+    ('tls-mixed', {}, 'mixed', None,
+     'dgxspark_api_tls is on for fleet_a but off for fleet_b: the router serves one scheme and would carry the API key in '
+     'clear to a group without TLS; set dgxspark_api_tls in group_vars/all, the same for every group.'),
+    ('certificate-without-the-rail', {}, 'files', None,
+     "the API certificate of serving group fleet_b is for s5, but the router calls that group at 192.168.100.14 (its head's "
+     'first rail, which the firewall opens to the fleet): make a certificate whose subjectAltName includes 192.168.100.14 '
+     'too, or use dgxspark_api_tls: generated, which does.'),
+]
+
+
+@pytest.mark.parametrize('settings, tls, node_values, expected', [c[1:] for c in ROUTER_REFUSALS], ids=[c[0] for c in ROUTER_REFUSALS])
+def test_a_router_that_cannot_work_is_refused_naming_the_variable_and_the_fix(settings, tls, node_values, expected, tmp_path):
+    plans = fleet()
+    chosen = {None: None, 'generated': lambda: generated_tls(tmp_path, plans),
+              'mixed': lambda: {'fleet_a': generated_tls(tmp_path, plans)['fleet_a']},
+              'files': lambda: _files_tls(tmp_path, plans)}[tls]
+    router, problems = route(*served(plans, tls=chosen() if chosen else None, node_values=node_values), settings=settings)
+    assert router is None and any(expected in p for p in problems), problems
+
+
+def test_groups_with_different_api_keys_are_refused_since_the_router_holds_one():
+    plans, ports = served(fleet())
+    router, problems = route(plans, ports, keys={'fleet_a': 'file:/keys/vllm_api_key', 'fleet_b': 'given:0f0f'})
+    assert router is None and problems == [
+        'the serving groups do not share one API key (fleet_a: the generated key; fleet_b: its own vllm_container_api_key): '
+        'the router takes one key from clients and sends it to every group; give vllm_container_api_key in group_vars/all '
+        'only, or leave it unset everywhere (the generated key in the controller\'s secrets directory).']
+    assert route(plans, ports, keys={'fleet_a': 'given:0f0f', 'fleet_b': 'given:0f0f'})[1] == []
+
+
+def test_the_routers_variables_are_the_fleets_one_setting_and_a_value_of_one_group_only_is_refused():
+    assert fleet_plan.router_settings({'fleet_a': {'host': 's5', 'port': 4100}, 'fleet_b': {'host': 's5', 'port': 4100}}) == (
+        {'host': 's5', 'port': 4100}, [])
+    assert fleet_plan.router_settings({'fleet_a': NO_ROUTER_SETTINGS, 'fleet_b': NO_ROUTER_SETTINGS}) == (NO_ROUTER_SETTINGS, [])
+    settings, problems = fleet_plan.router_settings({'fleet_a': {'host': None, 'port': 4100}, 'fleet_b': {'host': None, 'port': '4100'}})
+    assert problems == ["dgxspark_router_port differs between the serving groups (fleet_a: 4100, fleet_b: '4100'): the fleet "
+                        'has one router; set it in group_vars/all only.']

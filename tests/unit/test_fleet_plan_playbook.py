@@ -62,17 +62,21 @@ def test_the_8node_table_shows_each_group_then_the_fleet():
                  '0 spark-05 head 192.168.100.14 192.168.101.14', '3 spark-08 worker 192.168.100.17 192.168.101.17',
                  'Fleet: 2 serving groups, 8 nodes, 2 models',
                  'group fleet_vl: QuantTrio/Qwen3-VL-235B-A22B-Instruct-AWQ (qwen3_vl_235b_a22b_awq), head spark-05, TP 4 x PP 1, '
-                 'ray, http://spark-05:8000/v1', 'endpoint: none yet']:
+                 'ray, http://spark-05:8000/v1', 'endpoint: http://spark-01:4000/v1 (the router on spark-01: every model above',
+                 'router: QuantTrio/Qwen3-VL-235B-A22B-Instruct-AWQ -> http://192.168.100.14:8000/v1 (fleet_vl)']:
         assert text in output, (text, output)
 
 
 def broken_copy(tmp_path, change):
-    """inventories/8node copied, then CHANGE(hosts, group_vars) applied to its parsed files (hosts.yml, group_vars/*)."""
+    """inventories/8node copied, then CHANGE(hosts, group_vars) applied to its parsed files (hosts.yml, group_vars/*; and
+    _tmp, the test's directory)."""
     target = tmp_path / '8node'
     shutil.copytree(EIGHT, str(target))
     files = dict((name, yaml.safe_load((target / name).read_text(encoding='utf-8')))
                  for name in ('hosts.yml', 'group_vars/all.yml', 'group_vars/fleet_397b.yml', 'group_vars/fleet_vl.yml'))
-    change(files)
+    given = dict(files, _tmp=tmp_path)  # _tmp: a directory of the test's own (a secrets directory)
+    change(given)
+    files = dict((name, data) for name, data in given.items() if name != '_tmp')
     for name, data in files.items():
         (target / name).parent.mkdir(parents=True, exist_ok=True)
         (target / name).write_text(yaml.safe_dump(data), encoding='utf-8')
@@ -100,6 +104,21 @@ CASES = [
      ['Serving groups fleet_397b and fleet_vl serve the model name Intel/Qwen3.5-397B-A17B-int4-AutoRound for different models']),
     ('unknown-group', lambda f: f['group_vars/all.yml'].update({'dgxspark_serving_groups': ['fleet_397b', 'fleet_v1']}), 2,
      ['dgxspark_serving_groups names fleet_v1, but the inventory has no host in group fleet_v1']),
+    ('router-not-a-node', lambda f: f['group_vars/all.yml'].update({'dgxspark_router_host': 'spark-09'}), 2,
+     ["dgxspark_router_host is 'spark-09', not a node of a serving group (spark-01, spark-02"]),
+    ('router-port-taken', lambda f: f['group_vars/all.yml'].update({'dgxspark_router_port': 8265}), 2,
+     ['dgxspark_router_port is 8265, the port of ray_cluster_ports.dashboard on spark-01']),
+    ('router-port-of-one-group', lambda f: f['group_vars/fleet_vl.yml'].update({'dgxspark_router_port': 4100}), 2,
+     ['dgxspark_router_port differs between the serving groups (fleet_397b: not set, fleet_vl: 4100): the fleet has one '
+      'router; set it in group_vars/all only.']),
+    ('router-in-a-classic-inventory', lambda f: f['hosts.yml']['all'].update(children={
+        'head': {'hosts': {'spark-01': {}}}, 'workers': {'hosts': {'spark-02': {}, 'spark-03': {}, 'spark-04': {}}}}) or
+     f['group_vars/all.yml'].update(dgxspark_serving_groups=None, dgxspark_router_host='spark-01', **f['group_vars/fleet_397b.yml']), 2,
+     ['dgxspark_router_host is set, but the inventory has one serving group']),
+    ('router-on-a-worker-with-tls', lambda f: f['group_vars/all.yml'].update(
+        {'dgxspark_router_host': 'spark-06', 'dgxspark_api_tls': 'generated', 'dgxspark_secrets_dir': str(f['_tmp'] / 'secrets')}), 2,
+     ['dgxspark_router_host is spark-06, but with dgxspark_api_tls generated the router serves HTTPS with the API '
+      'certificate of a head']),
     ('replicas', lambda f: f['group_vars/fleet_vl.yml'].clear() or f['group_vars/fleet_vl.yml'].update(
         f['group_vars/fleet_397b.yml']), 0,
      ['Fleet: 2 serving groups, 8 nodes, 1 model', '2 replicas (fleet_397b, fleet_vl)']),
@@ -114,4 +133,5 @@ def test_a_broken_fleet_is_refused_naming_hosts_groups_and_values(change, rc, ex
     for text in expected:
         assert text in output, (text, output)
     if rc:
-        assert 'The fleet plan is invalid' in output
+        # a fleet's problem, or the one group's (the classic inventory)
+        assert 'The fleet plan is invalid' in output or 'The cluster plan is invalid' in output

@@ -92,6 +92,8 @@ def test_prefixes_are_the_collection_and_its_roles():
     'dgxspark_model_download',
     'dgxspark_profiles_dir',
     'dgxspark_serving_groups',  # an inventory's serving groups (issue 51)
+    'dgxspark_router_host',  # the fleet's router (issue 51)
+    'dgxspark_router_port',
     'dgxspark_lab_state_dir',  # the lab inventory's
     'dgxspark_phase_force',  # a run's switch
 ])
