@@ -1,0 +1,106 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The fleet router's configuration (issue 51 item 2): LiteLLM's proxy (docs/fleet-router.md), rendered from the plan.
+
+Pure logic, controller only. The input is the plan's router (``dgxspark_fleet.router``, fleet_plan.router_plan); the
+output is what the router's unit runs: the proxy's config (a dict, written as YAML), its command line and its
+environment. No secret is in any of them: the config names environment variables (LiteLLM's ``os.environ/NAME``), which
+the unit's start script fills from 0600 files, and the command line and environment carry paths and switches only.
+Read against LiteLLM 1.110.2 (the version the router's lock pins).
+"""
+
+from __future__ import annotations
+
+# LiteLLM reads a value written ``os.environ/NAME`` from the environment at start.
+UPSTREAM_KEY_ENV = 'DGXSPARK_UPSTREAM_API_KEY'  # the groups' API key, which the router sends to every group
+MASTER_KEY_ENV = 'LITELLM_MASTER_KEY'  # the key clients give the router (the same key: one key for the fleet)
+PROVIDER = 'hosted_vllm'  # LiteLLM's provider for a vLLM server: it posts to <api_base>/chat/completions as is
+
+# How the proxy balances the replicas of one model and leaves a failing one.
+ROUTER_SETTINGS = {
+    # The replica with the fewest requests in flight (replicas of one model may differ in load: long prompts). A tie
+    # goes to the first (router_strategy/least_busy.py: min() over the counts), so one stream at a time stays on the
+    # first replica; the others take load from the second concurrent request on.
+    'routing_strategy': 'least-busy',
+    # one failed request is allowed; the next failure (within a minute) takes the replica out of rotation
+    'allowed_fails': 1,
+    # Seconds out of rotation. Short, because the proxy tries a replica again only when its cooldown ends: a replica
+    # that was restarted (a release, the supervisor) is back in service within 10 s of answering again, while a dead
+    # one costs one failed try per 10 s, which num_retries resends to another replica (the client sees no error).
+    'cooldown_time': 10,
+    # a request that failed before its first byte is sent again, to another replica when there is one
+    'num_retries': 2,
+}
+GENERAL_SETTINGS = {
+    'master_key': 'os.environ/' + MASTER_KEY_ENV,
+}
+LITELLM_SETTINGS = {
+    # /metrics for the collection's Prometheus (free in 1.110.2: no premium check in integrations/prometheus.py)
+    'callbacks': ['prometheus'],
+    # /metrics asks for the master key (1.110.2's default, said here so that an upgrade cannot open it): the metrics
+    # name every model, client address and key alias; Prometheus scrapes with the key as its bearer token.
+    'require_auth_for_metrics_endpoint': True,
+}
+
+# The unit's environment, none of it secret.
+ENVIRONMENT = {
+    # Without it, LiteLLM fetches its model cost map from GitHub at every start (three tries, then its bundled copy):
+    # a router node may have no route to GitHub, and the start would wait on it and depend on what is served there.
+    'LITELLM_LOCAL_MODEL_COST_MAP': 'True',
+    # DEV (the default) loads a .env file from the working directory into the environment at start (proxy_cli.py).
+    'LITELLM_MODE': 'PRODUCTION',
+    # No admin UI (it needs a database the router does not have) and no API docs page: fewer routes on the port.
+    'DISABLE_ADMIN_UI': 'True',
+    'NO_DOCS': 'True',
+}
+# Where the unit's start script finds the router's own TLS files (systemd's LoadCredential, the head's certificate and
+# key, readable by the router's user only): the names within $CREDENTIALS_DIRECTORY.
+TLS_CREDENTIALS = {'cert': 'api_tls_cert', 'key': 'api_tls_key'}
+
+
+def model_list(router):
+    """LiteLLM's model_list: one deployment per replica (a group), named by the served model, so that entries of one
+    name are that model's replicas; each calls its group's API and checks its certificate with the groups' CAs."""
+    tls = router['tls']
+    entries = []
+    for model in router['models']:
+        for replica in model['replicas']:
+            params = {
+                'model': '%s/%s' % (PROVIDER, model['served_model_name']),
+                'api_base': replica['api_base'],
+                'api_key': 'os.environ/' + UPSTREAM_KEY_ENV,
+            }
+            if tls['enabled']:
+                # A CA file for the upstream's httpx client (llms/custom_httpx/http_handler.py get_ssl_verify: a path
+                # that exists is used as the CA bundle); without it LiteLLM trusts certifi's public CAs only.
+                params['ssl_verify'] = tls['upstream_ca_file']
+            # a stable deployment id (the group): the proxy's metrics and a roll that takes one replica out name it
+            entries.append({'model_name': model['served_model_name'], 'litellm_params': params,
+                            'model_info': {'id': replica['group']}})
+    return entries
+
+
+def proxy_config(router):
+    """The proxy's config file (--config) as a dict."""
+    return {
+        'model_list': model_list(router),
+        'router_settings': dict(ROUTER_SETTINGS),
+        'general_settings': dict(GENERAL_SETTINGS),
+        'litellm_settings': dict(LITELLM_SETTINGS, callbacks=list(LITELLM_SETTINGS['callbacks'])),
+    }
+
+
+def proxy_args(router, config_file, credentials_dir='${CREDENTIALS_DIRECTORY}'):
+    """The arguments of LiteLLM's ``litellm`` command: the config, where it listens, and with TLS the head's certificate
+    and key as the unit hands them over (paths only; the key's content never is in argv). credentials_dir: as the
+    unit's start script (a shell) expands it."""
+    args = ['--config', str(config_file), '--host', '0.0.0.0', '--port', str(router['port'])]
+    if router['tls']['enabled']:
+        args += ['--ssl_certfile_path', '%s/%s' % (credentials_dir, TLS_CREDENTIALS['cert']),
+                 '--ssl_keyfile_path', '%s/%s' % (credentials_dir, TLS_CREDENTIALS['key'])]
+    return args
+
+
+def unit_environment():
+    """The router unit's environment (ENVIRONMENT): switches only; the two keys come from the start script."""
+    return dict(ENVIRONMENT)
