@@ -266,7 +266,7 @@ class ActionModule(ActionBase):
         if not problems:
             problems = fleet_plan.fleet_problems(plans)
         settings, setting_problems = self._router_settings(hostvars, groups, task_vars, members)
-        problems = problems or setting_problems
+        problems, router = problems or setting_problems, None
         if not problems:
             router, problems = fleet_plan.router_plan(
                 plans, settings,
