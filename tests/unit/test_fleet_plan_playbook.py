@@ -119,6 +119,8 @@ CASES = [
         {'dgxspark_router_host': 'spark-06', 'dgxspark_api_tls': 'generated', 'dgxspark_secrets_dir': str(f['_tmp'] / 'secrets')}), 2,
      ['dgxspark_router_host is spark-06, but with dgxspark_api_tls generated the router serves HTTPS with the API '
       'certificate of a head']),
+    ('router-two-api-keys', lambda f: f['group_vars/fleet_vl.yml'].update({'vllm_container_api_key': 'a-key-of-fleet-vl-only'}), 2,
+     ['the serving groups do not share one API key (fleet_397b: the generated key; fleet_vl: its own vllm_container_api_key)']),
     ('replicas', lambda f: f['group_vars/fleet_vl.yml'].clear() or f['group_vars/fleet_vl.yml'].update(
         f['group_vars/fleet_397b.yml']), 0,
      ['Fleet: 2 serving groups, 8 nodes, 1 model', '2 replicas (fleet_397b, fleet_vl)']),
