@@ -215,7 +215,7 @@ def _router_port_problems(port, host, plan, node_ports):
 def _upstream_address(plan):
     """Where the router calls a group's API: its head's address on the first rail, which the firewall opens to every node
     of the fleet (the management address takes only dgxspark_api_allowed_cidrs), or the one address vLLM binds."""
-    local = str(plan['api'].get('local_url') or '').split('://')[-1].rsplit(':', 1)[0]
+    local = str(plan['api'].get('local_url') or '').rsplit('://', maxsplit=1)[-1].rsplit(':', 1)[0]
     if local and local != '127.0.0.1':
         return local
     return plan['nodes'][0]['rail_addresses'][plan['rails'][0]['name']]
@@ -265,9 +265,9 @@ def router_settings(values_by_group):
     for name in ('host', 'port'):
         seen = [(group, values.get(name)) for group, values in values_by_group.items()]
         if len(set(repr(value) for _group, value in seen)) > 1:
+            given = ', '.join('%s: %s' % (group, 'not set' if value is None else repr(value)) for group, value in seen)
             problems.append('dgxspark_router_%s differs between the serving groups (%s): the fleet has one router; set it in '
-                            'group_vars/all only.' % (name, ', '.join('%s: %s' % (group, 'not set' if value is None else
-                                                                                   repr(value)) for group, value in seen)))
+                            'group_vars/all only.' % (name, given))
         elif seen:
             settings[name] = seen[0][1]
     return settings, problems

@@ -157,7 +157,6 @@ def test_generated_files_are_made_once_kept_private_and_renewed_when_names_or_ti
     assert api_tls.generated_files(directory, names, 'lab', now=NOW)['made'] == ['CA', 'certificate']
 
 
-
 def test_each_serving_group_of_a_fleet_keeps_its_own_generated_certificate_from_the_one_ca(tmp_path):
     """Issue 51: both groups' certificates were one file, so each plan run replaced the other group's (the first head
     got the second head's names) and made it again at the next run."""
