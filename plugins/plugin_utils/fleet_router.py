@@ -104,3 +104,65 @@ def proxy_args(router, config_file, credentials_dir='${CREDENTIALS_DIRECTORY}'):
 def unit_environment():
     """The router unit's environment (ENVIRONMENT): switches only; the two keys come from the start script."""
     return dict(ENVIRONMENT)
+
+
+# The wheelhouse: what the controller downloads for the router node (pip download --only-binary=:all:), named by the
+# lock, the node's CPython and its platform, so that a node of another Python or architecture gets a wheelhouse of its own.
+MACHINES = ('x86_64', 'aarch64')  # the two a router node may be: a DGX Spark (aarch64) or the lab's nodes
+OLDEST_MANYLINUX = 17  # manylinux_2_17 (manylinux2014): the oldest glibc PyPI's wheels are built for that still matter
+
+
+def _version(text, parts, what):
+    """A dotted version's first `parts` numbers, or a clear error naming what it is."""
+    numbers = str(text or '').strip().split('.')
+    if len(numbers) < parts or not all(n.isdigit() for n in numbers[:parts]):
+        raise ValueError('the router node\'s %s is %r, not a version of %d numbers (as %s)'
+                         % (what, text, parts, '3.11' if what == 'Python' else '2.36'))
+    return tuple(int(n) for n in numbers[:parts])
+
+
+def wheelhouse(node, lock_digest):
+    """What to download for the router's node. node: what its Python says of itself ({'implementation': 'cpython',
+    'python': '3.11.2', 'machine': 'x86_64', 'glibc': '2.36'}); lock_digest: the lock's sha256 (hex). Returns the
+    wheelhouse's name (lock, CPython tag, newest platform) and pip download's python_version, implementation and
+    platforms: every manylinux_2_N from the node's glibc down to 2_17, and manylinux2014 (pip adds 2010 and 1 to it)."""
+    if str(node.get('implementation', '')).lower() != 'cpython':
+        raise ValueError('the router node\'s Python is %r, not CPython: the lock\'s wheels are built for CPython'
+                         % node.get('implementation'))
+    major, minor = _version(node.get('python'), 2, 'Python')
+    if (major, minor) < (3, 9):
+        raise ValueError('the router node\'s Python is %d.%d: LiteLLM needs 3.9 or newer; install a newer python3 there, '
+                         'or name another dgxspark_router_host' % (major, minor))
+    machine = str(node.get('machine', ''))
+    if machine not in MACHINES:
+        raise ValueError('the router node is %r: the router is installed on %s only' % (machine, ' or '.join(MACHINES)))
+    glibc_major, glibc_minor = _version(node.get('glibc'), 2, 'glibc')
+    if (glibc_major, glibc_minor) < (2, OLDEST_MANYLINUX):
+        raise ValueError('the router node\'s glibc is %d.%d: the lock\'s wheels need 2.%d or newer'
+                         % (glibc_major, glibc_minor, OLDEST_MANYLINUX))
+    digest = str(lock_digest or '')
+    if len(digest) < 12 or any(c not in '0123456789abcdef' for c in digest.lower()):
+        raise ValueError('the lock digest is %r, not a sha256 in hex' % (lock_digest,))
+    platforms = ['manylinux_2_%d_%s' % (n, machine) for n in range(glibc_minor, OLDEST_MANYLINUX - 1, -1)]
+    tag = 'cp%d%d' % (major, minor)
+    return {
+        'name': 'wheelhouse-%s-%s-%s' % (digest[:12].lower(), tag, platforms[0]),
+        'python_version': '%d.%d' % (major, minor),
+        'implementation': 'cp',
+        'platforms': platforms + ['manylinux2014_%s' % machine],
+    }
+
+
+def download_args(house, requirements, dest, specs=()):
+    """pip download's arguments (after ``python -m pip``) for a wheelhouse (wheelhouse()): wheels only, no dependency
+    resolution (the lock is complete: every distribution pinned), for the node's Python and platforms. requirements:
+    files; specs: single pins besides them (the pip that installs the rest on the node, which has no ensurepip)."""
+    args = ['download', '--disable-pip-version-check', '--no-deps', '--only-binary=:all:',
+            '--implementation', house['implementation'], '--python-version', house['python_version']]
+    for platform in house['platforms']:
+        args += ['--platform', platform]
+    for spec in specs:
+        if '==' not in str(spec):
+            raise ValueError('%r is no exact pin (name==version): the wheelhouse holds pinned wheels only' % (spec,))
+    return (args + ['--dest', str(dest)] + [arg for path in requirements for arg in ('--requirement', str(path))]
+            + [str(spec) for spec in specs])

@@ -71,10 +71,27 @@ def engine_tls(plan):
     return {'scheme': 'https', 'tls_config': config}
 
 
+def router_job(router, addresses, api_key_file):
+    """The fleet router's job (issue 51: LiteLLM's /metrics/, behind the fleet's key) for the Prometheus of the group
+    whose node runs it (addresses: that group's nodes' rail-1 addresses); none otherwise or without a router."""
+    if not router or router.get('host') not in addresses:
+        return []
+    tls = router.get('tls') or {}
+    extra = {}
+    if tls.get('enabled'):
+        config = {'server_name': tls['server_name'], 'insecure_skip_verify': False}
+        if tls.get('ca_file'):
+            config['ca_file'] = tls['ca_file']
+        extra = {'scheme': 'https', 'tls_config': config}
+    # /metrics answers a redirect to /metrics/ (1.110.2); the key as the bearer token, as for the engine
+    return [_job('router', [(router['host'], '%s:%d' % (addresses[router['host']], int(router['port'])))],
+                 metrics_path='/metrics/', authorization={'type': 'Bearer', 'credentials_file': api_key_file}, **extra)]
+
+
 def prometheus_config(plan, settings):
     """prometheus.yml as data. settings: scrape_interval_s, evaluation_interval_s, node_exporter_port, vllm_port,
     ray_metrics_port, scrape_ray (bool: Ray's metrics, when the plan's executor backend is Ray), api_key_file, rules_files
-    (list), cluster (the external label)."""
+    (list), cluster (the external label), router (the fleet's router, dgxspark_fleet.router; None or absent: none)."""
     nodes, addresses = _nodes(plan)
     head = plan['head']
     node_port = _port(settings, 'node_exporter_port')
@@ -87,6 +104,7 @@ def prometheus_config(plan, settings):
     if settings.get('scrape_ray') and ray_nodes:
         ray_port = _port(settings, 'ray_metrics_port')
         jobs.append(_job('ray', [(host, '%s:%d' % (addresses[host], ray_port)) for host in ray_nodes]))
+    jobs += router_job(settings.get('router'), addresses, settings['api_key_file'])
     return {
         'global': {'scrape_interval': _seconds(settings, 'scrape_interval_s'),
                    'evaluation_interval': _seconds(settings, 'evaluation_interval_s'),

@@ -75,6 +75,33 @@ def test_without_ray_metrics_or_without_ray_no_ray_job(settings, plan):
     assert [job["job_name"] for job in config["scrape_configs"]] == ["node", "vllm"]
 
 
+ROUTER_TLS_OFF = {"enabled": False, "server_name": None, "ca_file": None}
+ROUTER_TLS_ON = {"enabled": True, "server_name": "spark-alpha.example", "ca_file": "/etc/dgxspark/tls/api-ca.crt"}
+
+
+@pytest.mark.parametrize("router, expected", [
+    (None, None),
+    # a router on a node of another group: that group's Prometheus scrapes it
+    ({"host": "spark-epsilon", "port": 4000, "tls": ROUTER_TLS_OFF}, None),
+    ({"host": "spark-beta", "port": 4000, "tls": ROUTER_TLS_OFF},
+     {"targets": [("spark-beta", "192.168.100.11:4000")], "extra": {}}),
+    ({"host": "spark-alpha", "port": "4100", "tls": ROUTER_TLS_ON},
+     {"targets": [("spark-alpha", "192.168.100.10:4100")],
+      "extra": {"scheme": "https", "tls_config": {"server_name": "spark-alpha.example", "insecure_skip_verify": False,
+                                                  "ca_file": "/etc/dgxspark/tls/api-ca.crt"}}}),
+], ids=["no-router", "other-group", "plain", "tls"])
+def test_the_fleet_router_is_scraped_behind_the_key_by_its_groups_prometheus(router, expected):
+    jobs = dict((job["job_name"], job) for job in prometheus_config(PLAN, dict(SCRAPE, router=router))["scrape_configs"])
+    if expected is None:
+        assert "router" not in jobs
+        return
+    job = jobs["router"]
+    assert targets(job) == expected["targets"]
+    assert job["metrics_path"] == "/metrics/"
+    assert job["authorization"] == {"type": "Bearer", "credentials_file": SCRAPE["api_key_file"]}
+    assert dict((key, job[key]) for key in ("scheme", "tls_config") if key in job) == expected["extra"]
+
+
 @pytest.mark.skipif(not os.path.exists(PROMTOOL), reason="tools/promtool.sh unpacks promtool (make test runs it first)")
 def test_promtool_accepts_the_configuration(tmp_path):
     rules = tmp_path / "rules.yml"
@@ -82,7 +109,9 @@ def test_promtool_accepts_the_configuration(tmp_path):
                                        "dgxspark_alerts.rules.yml")).read())
     key = tmp_path / "key"
     key.write_text("sk-test")
-    config = prometheus_config(PLAN, dict(SCRAPE, api_key_file=str(key), rules_files=[str(rules)]))
+    router = {"host": "spark-alpha", "port": 4000, "tls": ROUTER_TLS_OFF}
+    config = prometheus_config(PLAN, dict(SCRAPE, api_key_file=str(key), rules_files=[str(rules)], router=router))
+    assert "router" in [job["job_name"] for job in config["scrape_configs"]]
     path = tmp_path / "prometheus.yml"
     path.write_text(yaml.safe_dump(config))
     proc = subprocess.run([PROMTOOL, "check", "config", str(path)], capture_output=True, text=True, check=False)

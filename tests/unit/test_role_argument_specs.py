@@ -12,7 +12,7 @@ import yaml
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROLES = sorted(name for name in os.listdir(os.path.join(REPO, "roles")) if os.path.isdir(os.path.join(REPO, "roles", name)))
 # Given to every host by playbooks/plan.yml, the plan entry every playbook imports: a required input with no default.
-PLAN_INPUTS = {"dgxspark_plan"}
+PLAN_INPUTS = {"dgxspark_plan", "dgxspark_fleet"}  # dgxspark_fleet: with serving groups only
 
 
 def load(role, *parts):

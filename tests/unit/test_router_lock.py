@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""requirements-router.lock (issue 51, docs/fleet-router.md): the fleet router's virtual environment, every
+"""roles/fleet_router/files/requirements-router.lock (issue 51, docs/fleet-router.md): the fleet router's virtual environment, every
 distribution pinned, so that the wheelhouse the controller downloads is the set that was tried."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import re
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-LOCK = os.path.join(ROOT, 'requirements-router.lock')
+LOCK = os.path.join(ROOT, 'roles/fleet_router/files/requirements-router.lock')
 # A distribution name (PEP 508) and one exact version: no range, no URL, no extra, no marker, no option line.
 PIN = re.compile(r'^([A-Za-z0-9][A-Za-z0-9._-]*)==([0-9][A-Za-z0-9.+!_-]*)$')
 
