@@ -88,8 +88,11 @@ def test_key_not_in_ps_systemd_or_journal(host, api_key):
 def test_models_listed_with_the_key_only(router, api_key):
     status, _body = call(router["url"] + "/models")
     assert status == 401
-    status, body = call(router["url"] + "/models", key="not-the-key")
-    assert status == 401
+    # A key other than the master key is looked up as a virtual key, in a database the router does not have: LiteLLM
+    # 1.110.2 refuses it with 400 "No connected db." (seen), never with the models.
+    for wrong in ("not-the-key", "sk-" + api_key[::-1]):
+        status, body = call(router["url"] + "/models", key=wrong)
+        assert status in (400, 401) and "dgxspark-lab" not in str(body), (status, body)
     status, body = call(router["url"] + "/models", key=api_key)
     assert status == 200, body
     assert sorted(m["id"] for m in body["data"]) == sorted(MODELS)
