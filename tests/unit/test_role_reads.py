@@ -36,7 +36,7 @@ def _variables(role):
     if os.path.exists(defaults):
         with open(defaults, encoding='utf-8') as handle:
             names |= set(yaml.safe_load(handle) or {})
-    return names - {'dgxspark_plan'}
+    return names - {'dgxspark_plan', 'dgxspark_fleet'}  # the plan's, given to every host by plan.yml
 
 
 def _code(role):
