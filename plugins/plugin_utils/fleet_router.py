@@ -53,8 +53,9 @@ ENVIRONMENT = {
     'DISABLE_ADMIN_UI': 'True',
     'NO_DOCS': 'True',
 }
-# Where the unit's start script finds the router's own TLS files (systemd's LoadCredential, the head's certificate and
-# key, readable by the router's user only): the names within $CREDENTIALS_DIRECTORY.
+# The names of the router's own TLS files (copies of its head's certificate and key, the key readable by the router's
+# user only) in the directory the role gives proxy_args (roles/fleet_router: its config directory; LoadCredential's
+# $CREDENTIALS_DIRECTORY is empty under systemd 252 in a container, docs/fleet-router.md).
 TLS_CREDENTIALS = {'cert': 'api_tls_cert', 'key': 'api_tls_key'}
 
 
