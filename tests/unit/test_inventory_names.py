@@ -15,7 +15,7 @@ from ansible_collections.dgxspark.cluster.plugins.plugin_utils import inventory_
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 PREFIXES = ('dgxspark_', 'cx7_netplan_', 'fabric_check_', 'os_hardening_', 'node_firewall_', 'distribute_',
-            'ray_cluster_', 'serving_env_', 'vllm_container_', 'supervisor_', 'monitoring_')
+            'ray_cluster_', 'serving_env_', 'vllm_container_', 'supervisor_', 'monitoring_', 'fleet_router_')
 KNOWN = frozenset(('dgxspark_tensor_parallel_size', 'dgxspark_pipeline_parallel_size', 'dgxspark_mtu',
                    'dgxspark_rails', 'ray_cluster_image', 'vllm_container_port', 'distribute_image'))
 NODES = ('spark-a', 'spark-b', 'spark-c')

@@ -149,12 +149,13 @@ def _phases():
 
 
 def _role_variables():
-    """Every role's variables (its argument_specs), by role; not the plan (dgxspark_plan), which every phase's digest
-    takes whole (playbooks/tasks/phase.yml)."""
+    """Every role's variables (its argument_specs), by role; not the cluster's (dgxspark_*: the plan, the fleet's view),
+    which every phase's digest takes (plugin_utils/phase_inputs.input_names; the plan whole)."""
     found = {}
     for role in sorted(os.listdir(os.path.join(REPO, 'roles'))):
         with open(os.path.join(REPO, 'roles', role, 'meta', 'argument_specs.yml'), encoding='utf-8') as handle:
-            found[role] = set(yaml.safe_load(handle)['argument_specs']['main']['options']) - {'dgxspark_plan'}
+            found[role] = set(name for name in yaml.safe_load(handle)['argument_specs']['main']['options']
+                              if not name.startswith('dgxspark_'))
     return found
 
 
