@@ -10,10 +10,13 @@ On NODE of a deployed lab: the ruleset file made unloadable (a line that is not 
 With --stand-in, a container is started there first that is the worst Docker's own stop meets: a server on the port
 after the API's (the engine holds the API's) that ignores SIGTERM, with a 300 s stop
 timeout and `restart: always` (Docker's own stop waits for it, past the docker unit's 90 s).
+With --hung-dockerd, dockerd is stopped (SIGSTOP) right before the flush: Docker then answers no call, and the watch
+kills the containers without it (dgxspark-firewall-watch.sh); Docker's unit stops once systemd kills dockerd.
 Then it puts the file back and starts the firewall unit and Docker again (the serving containers were killed: the head's
 supervisor starts the group again, or a deploy does).
 
-    DGXSPARK_LAB_INSTANCE=N DGXSPARK_LAB_STATE_SUFFIX=-N .venv/bin/python bench/fail_closed/measure.py spark-alpha [--stand-in]
+    DGXSPARK_LAB_INSTANCE=N DGXSPARK_LAB_STATE_SUFFIX=-N .venv/bin/python bench/fail_closed/measure.py spark-alpha \
+        [--stand-in] [--hung-dockerd]
 """
 
 import argparse
@@ -56,6 +59,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("node", help="a lab node (spark-alpha is the head)")
     parser.add_argument("--stand-in", action="store_true", help="start the worst-case serving container first")
+    parser.add_argument("--hung-dockerd", action="store_true", help="stop dockerd (SIGSTOP) right before the flush")
     args = parser.parse_args()
     node = args.node
     address = labctl.mgmt_ip(labctl.node_index(node))
@@ -74,10 +78,13 @@ def main():
 
     on_node.events = {}
     # The flush, then the watchers: they look at what comes after `since` only.
-    since = float(ssh(node, "echo 'this is not nftables' >> %s && date +%%s.%%N && nft flush ruleset" % RULESET).strip())
+    hang = "kill -STOP $(pidof dockerd) && " if args.hung_dockerd else ""
+    since = float(ssh(node, "echo 'this is not nftables' >> %s && %sdate +%%s.%%N && nft flush ruleset" % (RULESET, hang)).strip())
     try:
         report(node, address, ports, since, on_node)
     finally:
+        if args.hung_dockerd:
+            ssh(node, "pidof dockerd >/dev/null && kill -CONT $(pidof dockerd) || true")
         ssh(node, "cat > %s <<'RULESET'\n%sRULESET\nsystemctl reset-failed dgxspark-firewall.service docker.service docker.socket;"
             " systemctl start docker.service" % (RULESET, saved))
         if args.stand_in:

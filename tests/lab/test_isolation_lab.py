@@ -326,3 +326,36 @@ def test_the_ray_container_opens_no_file_of_the_engines_container_through_proc(d
     # The same reads of a process of the Ray container itself succeed: the probe can read what it is allowed to.
     own = json.loads(host.check_output(script.replace(" ".join(sorted(inner)), "1")).strip().splitlines()[-1])
     assert own["1"]["root/etc/hostname"].startswith("read "), own
+
+
+# PR_GET_DUMPABLE of a Python that the container's bash starts with no capability that reads past a file's mode, as
+# vLLM's processes start (a child multiprocessing spawns, a rank, the guard's children).
+DUMPABLE_AT_EXEC = "exec %s -c 'import ctypes; print(ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))'"
+
+
+@pytest.mark.parametrize("node", [HEAD, WORKER])
+def test_every_python_of_the_engines_container_is_non_dumpable_from_its_exec(deployed, node):
+    """No window between a Python's exec and its first prctl (in which root in the Ray container could attach with ptrace
+    and stay attached): the start script made the container's interpreter unreadable, and the kernel makes a process
+    that executes a file it cannot read non-dumpable."""
+    if node == WORKER and BACKEND == "ray":
+        pytest.skip("with Ray the worker runs no vLLM container")
+    host = deployed.host(node)
+    interpreter = host.check_output("docker exec %s sh -c 'readlink -f \"$(command -v python3)\"'" % VLLM)
+    mode = int(host.check_output("docker exec %s stat -c %%a %s" % (VLLM, interpreter)), 8)
+    assert not mode & 0o444 and mode & 0o111, (interpreter, oct(mode))
+    # On the head, docker exec holds the start script's two capabilities: without them, as vLLM's processes run.
+    capless = AS_VLLM_CHILD if node == HEAD else ""
+    started = host.check_output("docker exec %s %s bash -c %s" % (VLLM, capless, _quoted(DUMPABLE_AT_EXEC % "python3")))
+    assert started == "0", started
+    # The same Python from a readable copy beside it is dumpable: the check can fail.
+    control = interpreter + "-readable-control"
+    # Copied by Docker (no process of a rank's container reads the interpreter any more).
+    host.check_output("docker cp %s:%s /tmp/dgxspark-python-control && docker cp /tmp/dgxspark-python-control %s:%s && "
+                      "rm /tmp/dgxspark-python-control && docker exec %s chmod 0755 %s"
+                      % (VLLM, interpreter, VLLM, control, VLLM, control))
+    try:
+        started = host.check_output("docker exec %s %s bash -c %s" % (VLLM, capless, _quoted(DUMPABLE_AT_EXEC % control)))
+    finally:
+        host.run("docker exec %s rm -f %s" % (VLLM, control))
+    assert started == "1", started

@@ -4,6 +4,7 @@ import asyncio
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -304,6 +305,59 @@ def test_the_process_that_holds_the_key_is_made_non_dumpable():
               'g._not_dumpable(); print(libc.prctl(3, 0, 0, 0, 0))\n')
     out = subprocess.run([sys.executable, '-c', script, _SPEC.origin], capture_output=True, text=True, check=True).stdout
     assert out.split() == ['1', '0'], out
+
+
+# Run as the head's start script starts the guard (root with CAP_DAC_READ_SEARCH and CAP_SETPCAP, or other sets): the
+# capability sets after drop_key_capabilities(), and whether the key's 0000 file still opens.
+CAPABILITIES_AFTER_DROP = (
+    'import importlib.util, json, sys\n'
+    'spec = importlib.util.spec_from_file_location("g", sys.argv[1]); g = importlib.util.module_from_spec(spec)\n'
+    'spec.loader.exec_module(g)\n'
+    'def sets():\n'
+    '    with open("/proc/self/status") as status:\n'
+    '        return dict((l.split(":")[0], int(l.split()[1], 16)) for l in status if l.startswith("Cap"))\n'
+    'def opens():\n'
+    '    try:\n'
+    '        open(sys.argv[2], "rb").close(); return True\n'
+    '    except OSError:\n'
+    '        return False\n'
+    'before, opened = sets(), opens()\n'
+    'try:\n'
+    '    g.drop_key_capabilities(); error = None\n'
+    'except RuntimeError as exc:\n'
+    '    error = str(exc)\n'
+    'print(json.dumps({"before": before, "opened": opened, "after": sets(), "opens": opens(), "error": error}))\n')
+KEY_CAPABILITIES = (1 << 2) | (1 << 8)  # CAP_DAC_READ_SEARCH, CAP_SETPCAP
+CAP_IPC_LOCK = 1 << 14
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which('setpriv'), reason='sets capabilities: root and setpriv')
+@pytest.mark.parametrize('bounding, expected_after, error', [
+    # the head's start script: both, and nothing else (the container's bounding set)
+    ('-all,+dac_read_search,+setpcap', {'CapEff': 0, 'CapPrm': 0, 'CapBnd': 0, 'CapInh': 0, 'CapAmb': 0}, None),
+    # with a capability the user added (vllm_container_capabilities): that one stays
+    ('-all,+dac_read_search,+setpcap,+ipc_lock',
+     {'CapEff': CAP_IPC_LOCK, 'CapPrm': CAP_IPC_LOCK, 'CapBnd': CAP_IPC_LOCK, 'CapInh': 0, 'CapAmb': 0}, None),
+    # a process that holds neither (the Ray wait without a key): left as it is
+    ('-all,+ipc_lock', {'CapEff': CAP_IPC_LOCK, 'CapPrm': CAP_IPC_LOCK, 'CapBnd': CAP_IPC_LOCK, 'CapInh': 0, 'CapAmb': 0}, None),
+    # the key's capability without the one that drops it from the bounding set: refused, not half done
+    ('-all,+dac_read_search', None, 'cannot leave the bounding set'),
+])
+def test_the_guard_drops_the_capabilities_that_open_the_key_for_good(tmp_path, bounding, expected_after, error):
+    key_file = tmp_path / 'vllm_api_key'
+    key_file.write_text(KEY)
+    key_file.chmod(0)
+    command = ['setpriv', '--inh-caps=-all', '--bounding-set=' + bounding, '--', sys.executable, '-c',
+               CAPABILITIES_AFTER_DROP, _SPEC.origin, str(key_file)]
+    found = json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout)
+    holds_key_capability = bool(found['before']['CapEff'] & (1 << 2))
+    assert found['opened'] == holds_key_capability, found  # the check can fail: with the capability the file opens
+    if error:
+        assert error in found['error'], found
+        return
+    assert found['error'] is None, found
+    assert found['after'] == expected_after, found
+    assert not found['opens'], found
 
 
 def test_a_cors_preflight_without_the_key_gets_the_answers_headers_and_no_body():

@@ -16,14 +16,18 @@ A CORS preflight (OPTIONS with Origin and Access-Control-Request-Method) without
 but only the answer's status and headers come back: prometheus_client's /metrics answers every method with the metrics.
 Without a key it refuses to start: a guard that lets everything through must not look like one.
 
-On the head vllm-serve.sh starts vLLM through this file (`python3 dgxspark_api_guard.py VLLM_SCRIPT ARGS...`): it takes
-the key from the descriptor the script opened (DGXSPARK_API_KEY_FD), keeps only its sha256 and closes the descriptor,
-makes the process non-dumpable, then runs vLLM in the same process. vLLM forks its engine core (and mp's workers, where a
-model's remote code runs) before it loads the middleware: a descriptor still open then would be theirs for good.
+On the head vllm-serve.sh starts vLLM through this file (`python3 dgxspark_api_guard.py VLLM_SCRIPT ARGS...`): it makes
+the process non-dumpable, takes the key from the descriptor the script opened (DGXSPARK_API_KEY_FD), keeps only its
+sha256 and closes the descriptor, drops the script's two capabilities, then runs vLLM in the same process. Until it is
+non-dumpable those capabilities keep it out of reach (ptrace needs the target's permitted set within the tracer's).
+vLLM forks its engine core (and mp's workers, where a model's remote code runs) before it loads the middleware: a
+descriptor still open then would be theirs for good.
 Non-dumpable before vLLM starts, so that every process of vLLM is: /proc/PID/root of any of them would otherwise open the
 container's files (the TLS key among them) to root in the Ray container, which shares their PID namespace. A forked child
 inherits the flag; an exec resets it, so a child that multiprocessing spawns (vLLM spawns its engine core where CUDA is
 initialized or on CPU, and its resource tracker) runs hide_this_process() before anything else (_hidden_command).
+That child is non-dumpable from its exec already where vllm-serve.sh made the interpreter unreadable (the kernel's rule
+for a file its process cannot read); the call covers an interpreter that could not be.
 """
 
 import ctypes
@@ -47,6 +51,13 @@ KEY_MAX_BYTES = 4096
 # The sha256 of the key taken from the descriptor before vLLM started: what the middleware compares with.
 _TAKEN = {}
 PR_SET_DUMPABLE = 4
+PR_CAPBSET_READ = 23
+PR_CAPBSET_DROP = 24
+# The start script's two capabilities on the head: CAP_DAC_READ_SEARCH opened the key's 0000 file, CAP_SETPCAP lets the
+# guard drop both from the bounding set (drop_key_capabilities).
+CAP_DAC_READ_SEARCH = 2
+CAP_SETPCAP = 8
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
 DEFAULT_OPEN_PATHS = ('/health',)
 UNAUTHORIZED = json.dumps({'error': 'Unauthorized'}).encode()
 
@@ -105,11 +116,45 @@ def _read_key(path):
                            'API key' % (path, exc.strerror))
 
 
+def _libc():
+    return ctypes.CDLL(ctypes.util.find_library('c') or 'libc.so.6', use_errno=True)
+
+
 def _not_dumpable():
     """prctl(PR_SET_DUMPABLE, 0): this process's /proc/PID/environ, mem, root and fd need CAP_SYS_PTRACE from now on."""
-    libc = ctypes.CDLL(ctypes.util.find_library('c') or 'libc.so.6', use_errno=True)
-    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+    if _libc().prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
         raise RuntimeError('dgxspark_api_guard: prctl(PR_SET_DUMPABLE, 0) failed: %s' % os.strerror(ctypes.get_errno()))
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [('version', ctypes.c_uint32), ('pid', ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [('effective', ctypes.c_uint32), ('permitted', ctypes.c_uint32), ('inheritable', ctypes.c_uint32)]
+
+
+def drop_key_capabilities():
+    """CAP_DAC_READ_SEARCH and CAP_SETPCAP gone for good from this process and all it starts: out of the bounding set
+    (which needs CAP_SETPCAP, so first), then out of the effective, permitted and inheritable sets (an ambient one goes
+    with its inheritable bit). Run once non-dumpable: a process that holds CAP_DAC_READ_SEARCH is out of reach of root
+    without it (ptrace needs the target's permitted set within the tracer's), a dumpable one without it is not.
+    A process that holds neither is left as it is."""
+    libc = _libc()
+    for cap in (CAP_DAC_READ_SEARCH, CAP_SETPCAP):
+        if libc.prctl(PR_CAPBSET_READ, cap, 0, 0, 0) == 1 and libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            raise RuntimeError('dgxspark_api_guard: capability %d cannot leave the bounding set: %s'
+                               % (cap, os.strerror(ctypes.get_errno())))
+    header, data = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0), (_CapData * 2)()
+    keep = ~((1 << CAP_DAC_READ_SEARCH) | (1 << CAP_SETPCAP)) & 0xffffffff
+    if libc.capget(ctypes.byref(header), data) != 0:
+        raise RuntimeError('dgxspark_api_guard: capget failed: %s' % os.strerror(ctypes.get_errno()))
+    data[0].effective &= keep
+    data[0].permitted &= keep
+    data[0].inheritable &= keep
+    if libc.capset(ctypes.byref(header), data) != 0:
+        raise RuntimeError('dgxspark_api_guard: the capabilities that open the key cannot be dropped: %s'
+                           % os.strerror(ctypes.get_errno()))
 
 
 def hide_this_process():
@@ -221,9 +266,12 @@ def main(argv):
         return 2
     # vLLM imports the middleware as dgxspark_api_guard: the key goes there, not into this __main__.
     import dgxspark_api_guard  # pylint: disable=import-self
-    dgxspark_api_guard.take_key_from_fd()
-    # Before vLLM starts any process: every one of them non-dumpable (see the module's docstring).
+    # Non-dumpable first, while the start script's capabilities still keep this process out of others' reach; before
+    # vLLM starts any process, so that every one of them is too (see the module's docstring). Then the key, then those
+    # capabilities.
     dgxspark_api_guard.hide_this_process()
+    dgxspark_api_guard.take_key_from_fd()
+    dgxspark_api_guard.drop_key_capabilities()
     sys.argv = argv[1:]
     runpy.run_path(argv[1], run_name='__main__')
     return 0

@@ -104,9 +104,11 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    # Non-dumpable first: this process of vLLM's container runs for seconds to minutes before the guard's main, without
-    # the start script's capabilities, and its /proc/PID/root would open the container's files (the TLS key) to root in
-    # the Ray container, which shares its PID namespace (dgxspark_api_guard.py, beside this file).
+    # Non-dumpable first, then without the start script's capabilities (it starts with them: until then they keep it out
+    # of reach): this process of vLLM's container runs for seconds to minutes before the guard's main, and its
+    # /proc/PID/root would open the container's files (the TLS key) to root in the Ray container, which shares its PID
+    # namespace (dgxspark_api_guard.py, beside this file).
     import dgxspark_api_guard  # pylint: disable=import-error
     dgxspark_api_guard.hide_this_process()
+    dgxspark_api_guard.drop_key_capabilities()
     sys.exit(main(sys.argv))

@@ -12,14 +12,26 @@
 #    without CAP_DAC_READ_SEARCH and CAP_SETPCAP, so that neither remote code in vLLM nor a process of the Ray container
 #    (same PID namespace, through /proc/PID/root) opens the file;
 # 4. puts the API guard on PYTHONPATH (vLLM imports it for --middleware) and becomes vllm; on the head through the guard's
-#    main (python3 dgxspark_api_guard.py VLLM ...), which reads fd 3 and closes it before vLLM forks its engine core (a
-#    child forked with fd 3 open would hold it for good) and makes vLLM and its children non-dumpable (/proc/PID/root of
-#    them would open this container's files to the Ray container); a headless rank of mp becomes dgxspark_rank_watch.py with vllm
-#    as its child (DGXSPARK_RANK_WATCH: rank 0's rendezvous, HOST:PORT).
+#    main (python3 dgxspark_api_guard.py VLLM ...), which makes itself non-dumpable, reads fd 3 and closes it before vLLM
+#    forks its engine core (a child forked with fd 3 open would hold it for good), then drops the two capabilities; a
+#    headless rank of mp becomes dgxspark_rank_watch.py with vllm as its child (DGXSPARK_RANK_WATCH: rank 0's rendezvous,
+#    HOST:PORT).
+# Non-dumpable: /proc/PID/root of a process of this container would open its files (the TLS key) to root in the Ray
+# container, which shares the head's PID namespace, and ptrace would open its memory.
 # Before all this it exports the cluster's hash seed (PYTHONHASHSEED, from its mounted file) and checks and applies the
 # model profile's patches, when it has any. Docker's restart policy starts it again when it exits.
 set -u
-# Every child of the head's script runs without the two capabilities that open the key (see 3.); elsewhere none is held.
+# Every Python of this container is non-dumpable from its exec on, not only from its first prctl milliseconds later (in
+# which root in the Ray container could attach with ptrace and stay): the kernel makes a process that executes a file it
+# cannot read non-dumpable, and no process here reads past a file's mode once it runs without the start script's
+# capabilities. The container's own copy of the interpreter loses its read bits; executing it needs none.
+interpreter=$(readlink -f "$(command -v python3)")
+if ! chmod a-r "$interpreter"; then
+    echo "vllm-serve.sh: warning: $interpreter cannot be made unreadable; vLLM's processes are non-dumpable only once started" >&2
+fi
+# The children of the head's script that need neither capability that opens the key (see 3.) run without both; those
+# that make themselves non-dumpable first (the Ray wait and the guard, dgxspark_api_guard.py) drop both themselves, so
+# that they are never dumpable and capless at once. Elsewhere neither is held.
 capless=()
 if [ -n "${DGXSPARK_API_KEY_FILE:-}" ]; then
     capless=(setpriv --inh-caps=-all '--bounding-set=-dac_read_search,-setpcap' --)
@@ -42,7 +54,7 @@ printf '%s\n' "${DGXSPARK_RAY_NON_CARRY_OVER:-[]}" > "$VLLM_CONFIG_ROOT/ray_non_
 # The engine's placement group only once the cluster can take it at once (dgxspark_ray_ready.py says why it waits).
 if [ "${DGXSPARK_EXECUTOR:-ray}" = ray ]; then
     need=${DGXSPARK_VLLM_GPUS:?DGXSPARK_VLLM_GPUS (GPUs the engine needs) is not set}
-    "${capless[@]}" python3 "${DGXSPARK_PYTHON_DIR:?DGXSPARK_PYTHON_DIR is not set}/dgxspark_ray_ready.py" "$need" "${DGXSPARK_SETTLE_S:-60}" || exit 1
+    python3 "${DGXSPARK_PYTHON_DIR:?DGXSPARK_PYTHON_DIR is not set}/dgxspark_ray_ready.py" "$need" "${DGXSPARK_SETTLE_S:-60}" || exit 1
 fi
 
 # The API guard (--middleware dgxspark_api_guard.KeyOnEveryRoute) reads the key from its file itself: the key is in no
@@ -55,6 +67,7 @@ if [ -n "${DGXSPARK_API_KEY_FILE:-}" ]; then
     # Opened as late as possible: the guard's main reads fd 3 and closes it before vLLM starts (see 4.).
     export DGXSPARK_API_KEY_FD=3
     vllm_script=$(command -v vllm) || { echo "vllm-serve.sh: no vllm on PATH" >&2; exit 1; }
+    # The guard's main drops both capabilities itself, once non-dumpable (see above).
     vllm=(python3 "$DGXSPARK_PYTHON_DIR/dgxspark_api_guard.py" "$vllm_script")
 else
     vllm=(vllm)
@@ -64,4 +77,4 @@ export PYTHONPATH="$DGXSPARK_PYTHON_DIR${PYTHONPATH:+:$PYTHONPATH}"
 if [ -n "${DGXSPARK_RANK_WATCH:-}" ]; then
     exec "${capless[@]}" python3 "$DGXSPARK_PYTHON_DIR/dgxspark_rank_watch.py" "${DGXSPARK_RANK_WATCH%:*}" "${DGXSPARK_RANK_WATCH##*:}" -- vllm "$@"
 fi
-exec "${capless[@]}" "${vllm[@]}" "$@"
+exec "${vllm[@]}" "$@"
