@@ -40,12 +40,12 @@ def alive(pid):
 def shims(tmp_path):
     """Two stand-in shims, each with its container's first process (a sleep) as child."""
     program = stand_in(tmp_path / "shim", "containerd-shim", SHIM)
-    started = [subprocess.Popen([str(program)]) for _ in range(2)]
+    started = [subprocess.Popen([str(program)]), subprocess.Popen([str(program)])]
     children = {}
     deadline = time.time() + 10
     while len(children) < 2 and time.time() < deadline:
         for shim in started:
-            found = subprocess.run(["pgrep", "-P", str(shim.pid)], capture_output=True, text=True).stdout.split()
+            found = subprocess.run(["pgrep", "-P", str(shim.pid)], capture_output=True, text=True, check=False).stdout.split()
             if found:
                 children[shim.pid] = int(found[0])
         time.sleep(0.05)
@@ -71,8 +71,8 @@ def shims(tmp_path):
     # gone for good and dockerd not there to answer
     ("no", "no", "refuses", 1, "the watch", "Docker did not answer within 2 s; killed 2 containers"),
 ])
-def test_a_table_gone_for_good_stops_serving_even_when_docker_hangs(tmp_path, shims, table_there, table_loads, docker,
-                                                                   rc, killed_by, says):
+def test_a_table_gone_for_good_stops_serving_even_when_docker_hangs(
+        tmp_path, shims, table_there, table_loads, docker, rc, killed_by, says):
     bindir = tmp_path / "bin"
     for name, text in (("nft", NFT), ("systemctl", SYSTEMCTL), ("docker", DOCKER[docker]), ("pgrep", PGREP)):
         stand_in(bindir, name, text)
