@@ -359,3 +359,26 @@ def test_every_python_of_the_engines_container_is_non_dumpable_from_its_exec(dep
     finally:
         host.run("docker exec %s rm -f %s" % (VLLM, control))
     assert started == "1", started
+
+
+# Run by a shell that the probe's command starts: whether this Python (capless, non-dumpable) reads its parent's
+# environ, which it can exactly when that shell is dumpable.
+PARENT_READABLE = """import os
+try:
+    open("/proc/%d/environ" % os.getppid(), "rb").read()
+    print("readable")
+except OSError as exc:
+    print(exc.strerror)"""
+
+
+def test_the_heads_patches_shell_is_non_dumpable_from_its_exec(deployed):
+    """The profile's patches run in a shell on the head before vLLM: started through the guard's --exec (non-dumpable,
+    then capless, then exec of an unreadable bash), never dumpable. Through setpriv, as before, it was."""
+    host = deployed.host(HEAD)
+    shell = "bash -c 'python3 -c \"$PROBE\"; true'"  # `; true`: bash forks the probe, instead of becoming it
+    probe = "docker exec -e PROBE=%s %s sh -c %s"
+    through_guard = host.check_output(probe % (_quoted(PARENT_READABLE), VLLM, _quoted(
+        'python3 "$DGXSPARK_PYTHON_DIR/dgxspark_api_guard.py" --exec ' + shell)))
+    assert through_guard == "Permission denied", through_guard
+    through_setpriv = host.check_output(probe % (_quoted(PARENT_READABLE), VLLM, _quoted(AS_VLLM_CHILD + " " + shell)))
+    assert through_setpriv == "readable", through_setpriv

@@ -5,6 +5,7 @@ taken from fd 3 and fd 3 closed (issue 49, item 4). The container's interpreter 
 the container starts without a capability that reads past them is non-dumpable from its exec (issue 49): here a
 stand-in `python3` that runs the test's own interpreter, so that the script changes no file of this machine."""
 
+import hashlib
 import os
 import shutil
 import stat
@@ -16,12 +17,15 @@ import pytest
 from stand_ins import path_first, stand_in
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "roles", "vllm_container", "files", "vllm-serve.sh")
+APPLY_PATCHES = os.path.join(os.path.dirname(__file__), "..", "..", "roles", "ray_cluster", "files", "dgxspark-apply-patches.sh")
 STUB = '#!/usr/bin/env bash\necho "vllm $* PYTHONHASHSEED=${PYTHONHASHSEED:-unset}"\n'
 
 
-def python3_stand_in(bindir):
-    """`python3` as the script finds it on PATH: a file of its own, which the script may make unreadable."""
-    return stand_in(bindir, "python3", '#!/bin/sh\nexec %s "$@"\n' % sys.executable)
+def interpreter_stand_ins(bindir):
+    """`python3` and `bash` as the script finds them on PATH: files of their own, which the script makes unreadable
+    (never this machine's own); returns both paths."""
+    return (stand_in(bindir, "python3", '#!/bin/sh\nexec %s "$@"\n' % sys.executable),
+            stand_in(bindir, "bash", '#!/bin/sh\nexec %s "$@"\n' % shutil.which("bash")))
 
 
 def unreadable(path):
@@ -37,7 +41,7 @@ def unreadable(path):
 def test_vllm_starts_with_the_clusters_hash_seed(tmp_path, seed, rc, says):
     bindir = tmp_path / "bin"
     stand_in(bindir, "vllm", STUB)
-    python3 = python3_stand_in(bindir)
+    programs = interpreter_stand_ins(bindir)
     seed_file = tmp_path / "hash_seed"
     if seed is not None:
         seed_file.write_text(seed)
@@ -49,7 +53,7 @@ def test_vllm_starts_with_the_clusters_hash_seed(tmp_path, seed, rc, says):
     proc = subprocess.run(["bash", SCRIPT, "serve", "m"], env=env, capture_output=True, text=True, timeout=30, check=False)
     assert proc.returncode == rc, proc.stderr
     assert says in (proc.stdout if rc == 0 else proc.stderr), (proc.stdout, proc.stderr)
-    assert unreadable(python3), oct(os.stat(python3).st_mode)
+    assert all(unreadable(program) for program in programs), [oct(os.stat(program).st_mode) for program in programs]
 
 
 # Stands for vLLM's console script: what it finds when it starts, in the process the guard's main runs it in.
@@ -71,7 +75,7 @@ def test_the_heads_vllm_starts_with_the_key_taken_and_its_descriptor_closed(tmp_
     and closes fd 3 before vLLM runs (and forks its engine core, issue 49 item 4)."""
     bindir = tmp_path / "bin"
     stand_in(bindir, "vllm", PYTHON_STUB)
-    python3 = python3_stand_in(bindir)
+    programs = interpreter_stand_ins(bindir)
     key_file = tmp_path / "vllm_api_key"
     key_file.write_text("k3y-of-the-lab")
     env = dict(os.environ, PATH=path_first(bindir), DGXSPARK_EXECUTOR="mp",
@@ -82,4 +86,46 @@ def test_the_heads_vllm_starts_with_the_key_taken_and_its_descriptor_closed(tmp_
     proc = subprocess.run(["bash", SCRIPT, "serve", "m"], env=env, capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "vllm serve m fd3 closed taken True variable None", proc.stdout
-    assert unreadable(python3) and os.access(python3, os.X_OK), oct(os.stat(python3).st_mode)
+    assert all(unreadable(program) and os.access(program, os.X_OK) for program in programs), programs
+
+
+# A profile's python patch: the capabilities of the process that applies it, then of the patches' shell (its parent).
+PATCH = '''import os
+def key_capabilities(pid):
+    with open("/proc/%s/status" % pid) as status:
+        sets = dict(line.split(":") for line in status if line.startswith("Cap"))
+    return any(int(sets[name], 16) & ((1 << 2) | (1 << 8)) for name in ("CapEff", "CapPrm", "CapBnd", "CapInh"))
+print("patch applied; the key's capabilities held by the patch:", key_capabilities("self"),
+      "by its shell:", key_capabilities(os.getppid()))
+'''
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="drops capabilities: root and setpriv")
+@pytest.mark.parametrize("key, expected", [
+    # the head: the patches' shell starts through the guard's --exec, without the two capabilities
+    (True, "patch applied; the key's capabilities held by the patch: False by its shell: False"),
+    # a rank (no key): the shell starts as it is; the test runs as root, so the capabilities are there (the check can fail)
+    (False, "patch applied; the key's capabilities held by the patch: True by its shell: True"),
+])
+def test_the_heads_patches_apply_without_the_capabilities_that_open_the_key(tmp_path, key, expected):
+    bindir = tmp_path / "bin"
+    stand_in(bindir, "vllm", STUB)
+    interpreter_stand_ins(bindir)
+    patch_dir = tmp_path / "patches"
+    patch_dir.mkdir()
+    shutil.copy(APPLY_PATCHES, patch_dir / "dgxspark-apply-patches.sh")
+    (patch_dir / "fix.py").write_text(PATCH)
+    env = dict(os.environ, PATH=path_first(bindir), DGXSPARK_EXECUTOR="mp", VLLM_CONFIG_ROOT=str(tmp_path / "config"),
+               DGXSPARK_PYTHON_DIR=os.path.dirname(SCRIPT), DGXSPARK_PATCH_DIR=str(patch_dir),
+               DGXSPARK_PATCHES="python:fix.py:%s" % hashlib.sha256(PATCH.encode()).hexdigest())
+    for name in ("DGXSPARK_RANK_WATCH", "DGXSPARK_HASH_SEED_FILE", "PYTHONPATH", "DGXSPARK_API_KEY_FILE"):
+        env.pop(name, None)
+    if key:
+        key_file = tmp_path / "vllm_api_key"
+        key_file.write_text("k3y-of-the-lab")
+        env["DGXSPARK_API_KEY_FILE"] = str(key_file)
+        stand_in(bindir, "vllm", PYTHON_STUB)
+    proc = subprocess.run(["bash", SCRIPT, "serve", "m"], env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert expected in proc.stdout, proc.stdout
+    assert "dgxspark patches: fix.py (python) verified and applied" in proc.stdout, proc.stdout

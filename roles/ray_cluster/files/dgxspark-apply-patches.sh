@@ -9,7 +9,8 @@ dir=${DGXSPARK_PATCH_DIR:?DGXSPARK_PATCH_DIR is not set}
 for entry in ${DGXSPARK_PATCHES:-}; do
     IFS=: read -r kind path sha <<<"$entry"
     file=$dir/$path
-    actual=$(sha256sum "$file" 2>/dev/null | cut -d' ' -f1)
+    # Hashed by python3, not sha256sum: in vLLM's container on the head only unreadable programs start non-dumpable.
+    actual=$(python3 -c 'import hashlib, sys; print(hashlib.sha256(open(sys.argv[1], "rb").read()).hexdigest())' "$file" 2>/dev/null)
     if [ "$actual" != "$sha" ]; then
         echo "dgxspark patches: $file has sha256 ${actual:-(missing)}, the profile records $sha; not starting" >&2
         exit 1

@@ -259,11 +259,23 @@ class KeyOnEveryRoute:
         return await send({'type': 'http.response.body', 'body': UNAUTHORIZED})
 
 
+def exec_hidden(argv):
+    """PROGRAM ARGS... in this process, exec'd non-dumpable without the start script's two capabilities: the program
+    starts non-dumpable where its file cannot be read (vllm-serve.sh made the interpreter and bash so), which holds only
+    for a process that no capability lets read past a file's mode, hence the drop before the exec."""
+    hide_this_process()
+    drop_key_capabilities()
+    os.execvp(argv[0], argv)
+
+
 def main(argv):
-    """python3 dgxspark_api_guard.py VLLM_SCRIPT ARGS...: the key from its descriptor first, then vLLM in this process."""
-    if len(argv) < 2:
-        sys.stderr.write('usage: dgxspark_api_guard.py VLLM_SCRIPT ARGS...\n')
+    """python3 dgxspark_api_guard.py VLLM_SCRIPT ARGS...: the key from its descriptor first, then vLLM in this process.
+    python3 dgxspark_api_guard.py --exec PROGRAM ARGS...: PROGRAM as exec_hidden() starts it (the profile's patches)."""
+    if len(argv) < 2 or (argv[1] == '--exec' and len(argv) < 3):
+        sys.stderr.write('usage: dgxspark_api_guard.py VLLM_SCRIPT ARGS... | --exec PROGRAM ARGS...\n')
         return 2
+    if argv[1] == '--exec':
+        exec_hidden(argv[2:])
     # vLLM imports the middleware as dgxspark_api_guard: the key goes there, not into this __main__.
     import dgxspark_api_guard  # pylint: disable=import-self
     # Non-dumpable first, while the start script's capabilities still keep this process out of others' reach; before

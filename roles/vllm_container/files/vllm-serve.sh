@@ -24,17 +24,20 @@ set -u
 # Every Python of this container is non-dumpable from its exec on, not only from its first prctl milliseconds later (in
 # which root in the Ray container could attach with ptrace and stay): the kernel makes a process that executes a file it
 # cannot read non-dumpable, and no process here reads past a file's mode once it runs without the start script's
-# capabilities. The container's own copy of the interpreter loses its read bits; executing it needs none.
-interpreter=$(readlink -f "$(command -v python3)")
-if ! chmod a-r "$interpreter"; then
-    echo "vllm-serve.sh: warning: $interpreter cannot be made unreadable; vLLM's processes are non-dumpable only once started" >&2
-fi
-# The children of the head's script that need neither capability that opens the key (see 3.) run without both; those
-# that make themselves non-dumpable first (the Ray wait and the guard, dgxspark_api_guard.py) drop both themselves, so
-# that they are never dumpable and capless at once. Elsewhere neither is held.
-capless=()
+# capabilities. The container's own copies of the interpreter and of bash (the patches' shell) lose their read bits;
+# executing them needs none.
+for program in python3 bash; do
+    file=$(readlink -f "$(command -v "$program")")
+    if ! chmod a-r "$file"; then
+        echo "vllm-serve.sh: warning: $file cannot be made unreadable; its processes are non-dumpable only once started" >&2
+    fi
+done
+# The head's script holds the two capabilities that open the key (see 3.); what it starts drops both once non-dumpable,
+# never dumpable and capless at once: the Ray wait and the guard's main themselves (dgxspark_api_guard.py), the patches
+# through the guard's --exec. Elsewhere neither is held.
+hidden=()
 if [ -n "${DGXSPARK_API_KEY_FILE:-}" ]; then
-    capless=(setpriv --inh-caps=-all '--bounding-set=-dac_read_search,-setpcap' --)
+    hidden=(python3 "${DGXSPARK_PYTHON_DIR:?DGXSPARK_PYTHON_DIR is not set}/dgxspark_api_guard.py" --exec)
 fi
 # The cluster's Python hash seed, from its mounted 0600 file: the same on every rank and after every restart.
 if [ -n "${DGXSPARK_HASH_SEED_FILE:-}" ]; then
@@ -46,7 +49,7 @@ if [ -n "${DGXSPARK_HASH_SEED_FILE:-}" ]; then
 fi
 # The model profile's patches (checked, then applied to this container's vLLM), mounted by ray_cluster.
 if [ -n "${DGXSPARK_PATCHES:-}" ]; then
-    "${capless[@]}" bash "${DGXSPARK_PATCH_DIR:?}/dgxspark-apply-patches.sh" || exit 1
+    "${hidden[@]}" bash "${DGXSPARK_PATCH_DIR:?}/dgxspark-apply-patches.sh" || exit 1
 fi
 mkdir -p "${VLLM_CONFIG_ROOT:?VLLM_CONFIG_ROOT is not set}"
 printf '%s\n' "${DGXSPARK_RAY_NON_CARRY_OVER:-[]}" > "$VLLM_CONFIG_ROOT/ray_non_carry_over_env_vars.json"
@@ -75,6 +78,6 @@ fi
 export PYTHONPATH="$DGXSPARK_PYTHON_DIR${PYTHONPATH:+:$PYTHONPATH}"
 # A headless rank (mp) under its watch: it ends when rank 0's rendezvous is gone (vLLM #32136), and Docker starts it again.
 if [ -n "${DGXSPARK_RANK_WATCH:-}" ]; then
-    exec "${capless[@]}" python3 "$DGXSPARK_PYTHON_DIR/dgxspark_rank_watch.py" "${DGXSPARK_RANK_WATCH%:*}" "${DGXSPARK_RANK_WATCH##*:}" -- vllm "$@"
+    exec "${hidden[@]}" python3 "$DGXSPARK_PYTHON_DIR/dgxspark_rank_watch.py" "${DGXSPARK_RANK_WATCH%:*}" "${DGXSPARK_RANK_WATCH##*:}" -- vllm "$@"
 fi
 exec "${vllm[@]}" "$@"
