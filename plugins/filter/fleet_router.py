@@ -25,9 +25,9 @@ def fleet_router_config(router):
     return filter_call('fleet_router_config', fleet_router.proxy_config, router)
 
 
-def fleet_router_args(router, config_file, tls_dir='${CREDENTIALS_DIRECTORY}'):
+def fleet_router_args(router, config_file, tls_dir='${CREDENTIALS_DIRECTORY}', port=None):
     """The proxy's arguments; see plugins/plugin_utils/fleet_router.py proxy_args (tls_dir: its credentials_dir)."""
-    return filter_call('fleet_router_args', fleet_router.proxy_args, router, config_file, tls_dir)
+    return filter_call('fleet_router_args', fleet_router.proxy_args, router, config_file, tls_dir, port)
 
 
 def fleet_router_environment(router):

@@ -19,6 +19,9 @@ from ansible_collections.dgxspark.cluster.plugins.plugin_utils import api_tls
 
 # The router (LiteLLM's proxy, docs/fleet-router.md): one OpenAI endpoint in front of two or more serving groups.
 ROUTER_PORT_DEFAULT = 4000  # LiteLLM's own default, free of every port the plan gives a node by default
+# The router's two instances (roles/fleet_router: a change starts the idle one and swaps the port to it, no connection
+# refused), each on a port of its own: the router's port + 1 and + 2 (docs/fleet-router.md, "Reload").
+ROUTER_INSTANCES = ('a', 'b')
 # On the router's node: every group's CA in one file, which LiteLLM checks the groups' certificates with (ssl_verify).
 ROUTER_UPSTREAM_CA = '/etc/dgxspark/router/upstream-ca.pem'
 
@@ -192,9 +195,15 @@ def _router_port(value):
     return port if 1 <= port <= 65535 and str(value).strip().isdigit() else None
 
 
+def router_instance_ports(port):
+    """{instance: its port}: the router's port + 1 and + 2, where its instances listen behind the router's port."""
+    return dict((name, port + 1 + index) for index, name in enumerate(ROUTER_INSTANCES))
+
+
 def _router_port_problems(port, host, plan, node_ports):
-    """The router's port against every port the plan gives its node: the node's own (node_ports: role_networks.node_ports
-    of it), the monitoring's where they run there, the mp rendezvous on a head, and Ray's worker range."""
+    """The router's port and its instances' ports (router_instance_ports) against every port the plan gives its node: the
+    node's own (node_ports: role_networks.node_ports of it), the monitoring's where they run there, the mp rendezvous on
+    a head, and Ray's worker range."""
     ports, workers = node_ports.get(host) or ([], None)
     taken = list(ports)
     serving = plan.get('serving') or {}
@@ -203,12 +212,20 @@ def _router_port_problems(port, host, plan, node_ports):
     taken.append((serving.get('node_exporter_port'), 'monitoring_node_exporter_port (the node exporter)'))
     if plan.get('mp_master') and plan['head'] == host:
         taken.append((plan['mp_master'].get('port'), "dgxspark_mp_master_port (mp's rendezvous)"))
-    problems = ['dgxspark_router_port is %d, the port of %s on %s: give the router a free port (default %d).'
-                % (port, what, host, ROUTER_PORT_DEFAULT) for number, what in taken if number == port]
-    if workers and workers[0] <= port <= workers[1]:
-        problems.append('dgxspark_router_port is %d, inside Ray\'s worker port range %d-%d on %s (ray_cluster_ports.min_worker/'
-                        'max_worker), where a Ray worker may already listen: move it out of the range.'
-                        % (port, workers[0], workers[1], host))
+    own = [(port, 'dgxspark_router_port is %d' % port)] + [
+        (number, 'dgxspark_router_port + %d (%d, the port of the router\'s instance %s)' % (number - port, number, name))
+        for name, number in sorted(router_instance_ports(port).items())]
+    problems = []
+    for mine, said in own:
+        if mine > 65535:
+            problems.append('%s, beyond 65535: the router\'s instances listen on dgxspark_router_port + 1 and + 2; give '
+                            'the router a lower port (default %d).' % (said, ROUTER_PORT_DEFAULT))
+        problems += ['%s, the port of %s on %s: give the router a free port (default %d).'
+                     % (said, what, host, ROUTER_PORT_DEFAULT) for number, what in taken if number == mine]
+        if workers and workers[0] <= mine <= workers[1]:
+            problems.append('%s, inside Ray\'s worker port range %d-%d on %s (ray_cluster_ports.min_worker/max_worker), '
+                            'where a Ray worker may already listen: move it out of the range.'
+                            % (said, workers[0], workers[1], host))
     return problems
 
 
@@ -337,6 +354,8 @@ def router_plan(plans, settings, addresses, node_ports, key_sources):
         'scheme': scheme,
         'url': '%s://%s:%s/v1' % (scheme, address, port),
         'local_url': '%s://127.0.0.1:%s' % (scheme, port),
+        # where each instance listens; the router's port is redirected to the serving one (roles/fleet_router)
+        'instances': router_instance_ports(port),
         'tls': tls,
         # the key clients give the router and the router gives every group: the groups' one key
         'api_key_file': api['api_key_file'],

@@ -91,11 +91,12 @@ def proxy_config(router):
     }
 
 
-def proxy_args(router, config_file, credentials_dir='${CREDENTIALS_DIRECTORY}'):
+def proxy_args(router, config_file, credentials_dir='${CREDENTIALS_DIRECTORY}', port=None):
     """The arguments of LiteLLM's ``litellm`` command: the config, where it listens, and with TLS the head's certificate
     and key as the unit hands them over (paths only; the key's content never is in argv). credentials_dir: as the
-    unit's start script (a shell) expands it."""
-    args = ['--config', str(config_file), '--host', '0.0.0.0', '--port', str(router['port'])]
+    unit's start script (a shell) expands it; port: where this instance listens (an int, or a shell variable the start
+    script sets from its instance's name), the router's port by default."""
+    args = ['--config', str(config_file), '--host', '0.0.0.0', '--port', str(router['port'] if port is None else port)]
     if router['tls']['enabled']:
         args += ['--ssl_certfile_path', '%s/%s' % (credentials_dir, TLS_CREDENTIALS['cert']),
                  '--ssl_keyfile_path', '%s/%s' % (credentials_dir, TLS_CREDENTIALS['key'])]

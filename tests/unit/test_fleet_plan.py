@@ -181,6 +181,8 @@ def test_the_router_runs_on_the_first_groups_head_at_4000_and_calls_each_group_o
     router, problems = route(*served(fleet()))
     assert problems == []
     assert (router['host'], router['group'], router['port'], router['url']) == ('s1', 'fleet_a', 4000, 'http://s1:4000/v1')
+    # its two instances behind the port, which a change of the router swaps between (roles/fleet_router)
+    assert router['instances'] == {'a': 4001, 'b': 4002}
     assert router['tls']['enabled'] is False and router['tls']['upstream_ca_file'] is None
     assert [(m['served_model_name'], [(r['group'], r['api_base'], r['api_url']) for r in m['replicas']])
             for m in router['models']] == [
@@ -201,6 +203,7 @@ def test_two_replicas_of_one_model_are_one_model_with_two_upstreams_and_the_rout
     assert problems == []
     assert (router['host'], router['group'], router['address'], router['url']) == ('s6', 'fleet_b', '10.0.0.16',
                                                                                    'http://10.0.0.16:4100/v1')
+    assert router['instances'] == {'a': 4101, 'b': 4102}
     assert [[r['api_base'] for r in m['replicas']] for m in router['models']] == [
         ['http://192.168.100.10:8000/v1', 'http://192.168.100.14:8000/v1']]
 
@@ -268,6 +271,16 @@ ROUTER_REFUSALS = [
      'dgxspark_router_port is 9100, the port of monitoring_node_exporter_port (the node exporter) on s2'),
     ('ray-workers', {'port': 12000}, None, None,
      "dgxspark_router_port is 12000, inside Ray's worker port range 10002-19999 on s1 (ray_cluster_ports.min_worker/max_worker)"),
+    # the instances' ports (the router's port + 1 and + 2) are refused like the router's own
+    ('instance-a-on-the-api', {'port': 7999}, None, None,
+     "dgxspark_router_port + 1 (8000, the port of the router's instance a), the port of vllm_container_port (the vLLM API) "
+     'on s1: give the router a free port (default 4000).'),
+    ('instance-b-on-the-api', {'port': 7998}, None, None,
+     "dgxspark_router_port + 2 (8000, the port of the router's instance b), the port of vllm_container_port (the vLLM API) on s1"),
+    ('instance-in-ray-workers', {'port': 10000}, None, None,
+     "dgxspark_router_port + 2 (10002, the port of the router's instance b), inside Ray's worker port range 10002-19999 on s1"),
+    ('instance-beyond-65535', {'port': 65535}, None, None,
+     "dgxspark_router_port + 1 (65536, the port of the router's instance a), beyond 65535"),
     ('default-taken', {}, None, {'s1': {'vllm_container_port': 4000}},
      'dgxspark_router_port is 4000, the port of vllm_container_port (the vLLM API) on s1: give the router a free port'),
     ('tls-on-a-worker', {'host': 's2'}, 'generated', None,

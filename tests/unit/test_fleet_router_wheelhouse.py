@@ -90,12 +90,12 @@ def test_the_start_script_fills_the_variables_the_config_names():
 
 
 def test_the_unit_and_the_script_name_files_only():
-    unit, script = _read('templates', 'dgxspark-router.service.j2'), _read('templates', 'start.sh.j2')
+    unit, script = _read('templates', 'dgxspark-router@.service.j2'), _read('templates', 'start.sh.j2')
     # the TLS files where the tasks copy them, as the command line names them
     tasks = _read('tasks', 'install.yml')
     for name in fleet_router.TLS_CREDENTIALS.values():
         assert '_fleet_router_config_dir }}/%s"' % name in tasks, name
-    assert 'fleet_router_args(_fleet_router_config_file, _fleet_router_config_dir)' in script
+    assert "fleet_router_args(_fleet_router_config_file, _fleet_router_config_dir, '${port}')" in script
     assert 'cat {{ _fleet_router_key_file }}' in script
     # no key in the unit: it names files only, and its user is not root
     assert not re.search(r'Environment=.*(KEY|key)=', unit) and 'User={{ _fleet_router_user }}' in unit

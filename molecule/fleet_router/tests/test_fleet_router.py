@@ -4,7 +4,9 @@
 controller's wheelhouse for the node's own Python and platform, runs hardened (its own system user without capabilities, a
 read-only system), keeps the fleet's key out of ps, systemd and the journal, lists both groups' models with the key and
 answers 401 without it, routes each model to its own group (the stand-in engines name their node), keeps /metrics behind
-the key, is reachable from the API's networks through the firewall, and a second converge changes and restarts nothing."""
+the key, is reachable from the API's networks through the firewall, and a second converge changes and restarts nothing.
+Last, a converge that changes the router swaps its two instances under a constant stream of requests (streamed and not)
+through the router's port: no request fails, and the other instance serves afterwards."""
 
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -20,7 +24,7 @@ import pytest
 from conftest import converge_playbook, recap_line
 
 testinfra_hosts = ["ansible://spark-alpha"]
-UNIT = "dgxspark-router.service"
+ACTIVE_FILE = "/var/lib/dgxspark/router/active"
 MODELS = {"dgxspark-lab/model-a": "spark-alpha", "dgxspark-lab/model-b": "spark-beta"}
 
 
@@ -34,6 +38,12 @@ def fixture_router(host):
 def fixture_api_key(router):
     with open(router["api_key_file"], encoding="utf-8") as key_file:
         return key_file.read().strip()
+
+
+def active(host):
+    """The serving instance (a or b) as the role records it, and its unit."""
+    name = host.file(ACTIVE_FILE).content_string.strip()
+    return name, "dgxspark-router@%s.service" % name
 
 
 def call(url, key=None, body=None):
@@ -66,10 +76,22 @@ def test_venv_made_from_the_wheelhouse_for_the_node(host):
     assert version == "1.110.2"
 
 
+def test_one_instance_serves_the_port_and_the_other_is_stopped(host, router):
+    name, unit = active(host)
+    assert name in ("a", "b") and host.service(unit).is_running and host.service(unit).is_enabled
+    other = "dgxspark-router@%s.service" % ("b" if name == "a" else "a")
+    assert not host.service(other).is_running and not host.service(other).is_enabled
+    assert not host.file("/etc/systemd/system/dgxspark-router.service").exists
+    assert router["instances"] == {"a": router["port"] + 1, "b": router["port"] + 2}
+    redirect = host.check_output("nft list table inet dgxspark_router")
+    assert "tcp dport %d redirect to :%d" % (router["port"], router["instances"][name]) in redirect, redirect
+    assert host.service("dgxspark-router-nat.service").is_enabled
+
+
 def test_unit_active_and_hardened(host):
     shown = dict(line.split("=", 1) for line in host.check_output(
         "systemctl show %s -p ActiveState -p ProtectSystem -p NoNewPrivileges -p CapabilityBoundingSet "
-        "-p PrivateTmp -p ProtectHome -p User -p MainPID" % UNIT).splitlines())
+        "-p PrivateTmp -p ProtectHome -p User -p MainPID" % active(host)[1]).splitlines())
     assert shown["ActiveState"] == "active"
     assert shown["User"] == "dgxspark-router" and shown["ProtectSystem"] == "strict" and shown["NoNewPrivileges"] == "yes"
     assert shown["CapabilityBoundingSet"] == "" and shown["PrivateTmp"] == "yes" and shown["ProtectHome"] == "yes"
@@ -80,8 +102,9 @@ def test_unit_active_and_hardened(host):
 
 
 def test_key_not_in_ps_systemd_or_journal(host, api_key):
-    for command in ("ps -eo args", "systemctl show %s" % UNIT, "systemctl cat %s" % UNIT,
-                    "journalctl -u %s --no-pager -o cat" % UNIT, "cat /etc/dgxspark/router/config.yaml"):
+    unit = active(host)[1]
+    for command in ("ps -eo args", "systemctl show %s" % unit, "systemctl cat %s" % unit,
+                    "journalctl -u 'dgxspark-router@*' --no-pager -o cat", "cat /etc/dgxspark/router/config.yaml"):
         assert api_key not in host.check_output(command), command
 
 
@@ -115,18 +138,118 @@ def test_metrics_need_the_key(router, api_key):
 
 def test_router_port_open_on_its_node_only(host, router):
     rules = host.check_output("nft list chain inet dgxspark input")
-    assert "tcp dport %d ip saddr @api_nets accept" % router["port"] in rules
+    # on the port the client called: the redirect to the serving instance comes before this chain
+    assert "meta l4proto tcp ct original proto-dst %d ip saddr @api_nets accept" % router["port"] in rules
 
 
-def test_second_converge_changes_and_restarts_nothing(host):
-    before = host.check_output("systemctl show -p InvocationID -p NRestarts %s" % UNIT)
+def converge(*extra):
+    """A converge of the scenario (molecule's inventory), with extra arguments of ansible-playbook."""
     inventory = os.environ.get("MOLECULE_INVENTORY_FILE")
     if not inventory:
         pytest.skip("not run by molecule")
     ansible_playbook = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
-    proc = subprocess.run([ansible_playbook, "-i", inventory, converge_playbook()], capture_output=True, text=True,
-                          timeout=600, check=False)
+    proc = subprocess.run([ansible_playbook, "-i", inventory, converge_playbook()] + list(extra), capture_output=True,
+                          text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:]
+    return proc
+
+
+def test_second_converge_changes_and_restarts_nothing(host):
+    unit = active(host)[1]
+    before = host.check_output("systemctl show -p InvocationID -p NRestarts %s" % unit)
+    proc = converge()
     for node in MODELS.values():
         assert " changed=0 " in recap_line(proc, node), recap_line(proc, node)
-    assert host.check_output("systemctl show -p InvocationID -p NRestarts %s" % UNIT) == before
+    assert active(host)[1] == unit
+    assert host.check_output("systemctl show -p InvocationID -p NRestarts %s" % unit) == before
+
+
+def test_check_mode_of_a_change_shows_the_swap_and_changes_nothing(host):
+    name, unit = active(host)
+    before = host.check_output("systemctl show -p InvocationID %s" % unit)
+    proc = converge("--check", "--diff", "-e", "fleet_router_memory_max=1536M")
+    assert "MemoryMax=1536M" in proc.stdout and "Swap the fleet router to an instance with the change" in proc.stdout
+    assert active(host) == (name, unit)
+    assert host.check_output("systemctl show -p InvocationID %s" % unit) == before
+    assert "MemoryMax=1536M" not in host.file("/etc/systemd/system/dgxspark-router@.service").content_string
+
+
+class Load:
+    """A constant stream of requests through the router's port from the controller: WORKERS threads, each one request
+    after another on a fresh connection, streamed and not in turn, each taking about a second at the stand-in engine."""
+
+    WORKERS = 4
+
+    def __init__(self, router, api_key):
+        self.url, self.key = router["url"] + "/chat/completions", api_key
+        self.stop, self.lock = threading.Event(), threading.Lock()
+        self.answered, self.failures = 0, []
+        self.threads = [threading.Thread(target=self.run, args=(index,), daemon=True) for index in range(self.WORKERS)]
+
+    def one(self, model, stream):
+        body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 10, "stream": stream}
+        request = urllib.request.Request(self.url, data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json", "Authorization": "Bearer " + self.key})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            text = response.read().decode()
+        if stream:
+            # every chunk, then the end of the stream: a stream cut short by a stopped instance fails here
+            assert text.rstrip().endswith("data: [DONE]") and MODELS[model] in text, text[-300:]
+        else:
+            assert json.loads(text)["choices"][0]["message"]["content"] == "answered by %s" % MODELS[model], text[-300:]
+
+    def run(self, index):
+        turn = 0
+        while not self.stop.is_set():
+            model, stream = sorted(MODELS)[(index + turn) % 2], (index + turn // 2) % 2 == 0
+            turn += 1
+            try:
+                self.one(model, stream)
+                with self.lock:
+                    self.answered += 1
+            except Exception as error:  # pylint: disable=broad-except  # every failure counts, whatever its kind
+                with self.lock:
+                    self.failures.append("%s %s: %r" % (model, "streamed" if stream else "whole", error))
+
+    def __enter__(self):
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *_exc):
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(90)
+
+
+def monotonic_us(host, unit, prop):
+    return int(host.check_output("systemctl show -p %s --value %s" % (prop, unit)) or 0)
+
+
+# Last: it leaves the router changed (and on the other instance).
+def test_a_change_under_load_swaps_the_instances_without_a_failed_request(host, router, api_key):
+    name, unit = active(host)
+    with Load(router, api_key) as load:
+        time.sleep(3)
+        before = load.answered
+        assert before > 0 and not load.failures, load.failures[:5]
+        started = time.monotonic()
+        proc = converge("-e", "fleet_router_memory_max=1536M")
+        converge_s = time.monotonic() - started
+        time.sleep(3)
+    new_name, new_unit = active(host)
+    assert new_name != name and host.service(new_unit).is_running and not host.service(unit).is_running
+    assert host.check_output("systemctl show -p MemoryMax --value %s" % new_unit) == str(1536 * 1024 * 1024)
+    assert " changed=0 " not in recap_line(proc, "spark-alpha")
+    # the swap: from the new instance's start to the old one's stop (both systemd's monotonic clock)
+    swap_s = (monotonic_us(host, unit, "InactiveEnterTimestampMonotonic")
+              - monotonic_us(host, new_unit, "ExecMainStartTimestampMonotonic")) / 1e6
+    report = {"answered": load.answered, "answered_during_converge": load.answered - before, "failed": len(load.failures),
+              "converge_s": round(converge_s, 1), "swap_s": round(swap_s, 1), "from": name, "to": new_name}
+    print("router swap under load: %s" % json.dumps(report))
+    if os.environ.get("DGXSPARK_ROUTER_SWAP_REPORT"):
+        with open(os.environ["DGXSPARK_ROUTER_SWAP_REPORT"], "w", encoding="utf-8") as out:
+            json.dump(report, out)
+    assert not load.failures, "%d failed of %d: %s" % (len(load.failures), load.answered + len(load.failures),
+                                                       load.failures[:5])
+    assert load.answered - before > 10, report
