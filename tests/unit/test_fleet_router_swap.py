@@ -67,7 +67,7 @@ def test_the_router_port_is_redirected_to_the_serving_instance_in_a_table_of_the
     rules = re.findall(r'^\s*(fib .*)$', ruleset, re.M)
     # from other hosts and from the node itself, to the node's own addresses only (not Docker's forwarded traffic)
     assert rules == ['fib daddr type local tcp dport 4000 redirect to :%d' % port] * 2
-    assert 'hook prerouting priority dstnat' in ruleset and 'hook output priority dstnat' in ruleset
+    assert 'hook prerouting priority dstnat' in ruleset and 'hook output priority -100' in ruleset
 
 
 def test_node_firewall_accepts_the_port_the_client_called_not_the_instances():
