@@ -28,7 +28,7 @@ class ActionModule(ActionBase):
         del tmp
         _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         found = action_call('cx7_netplan_verdict', verdict, args['check'], task_vars.get('hostvars') or {},
-                            list(task_vars.get('ansible_play_hosts') or []), args['plan'])
+                            list(task_vars.get('ansible_play_batch') or []), args['plan'])
         result.update(changed=False, problems=found['problems'])
         if found['problems']:
             result.update(failed=True, msg=found['msg'])

@@ -35,7 +35,7 @@ class ActionModule(ActionBase):
         del tmp
         _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         found = action_call('distribute_routes', routes, task_vars.get('hostvars') or {}, args['plan'],
-                            list(task_vars.get('ansible_play_hosts') or []), args['head'], image=args['image'],
+                            list(task_vars.get('ansible_play_batch') or []), args['head'], image=args['image'],
                             reserve_bytes=args['reserve_bytes'], relay=args['relay'], image_name=args['image_name'],
                             model_dir=args['model_dir'], manifest=args['manifest'])
         result.update(found, changed=False)

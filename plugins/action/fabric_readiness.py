@@ -36,7 +36,7 @@ class ActionModule(ActionBase):
         del tmp
         _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         hostvars = task_vars.get('hostvars') or {}
-        play_hosts = list(task_vars.get('ansible_play_hosts') or [])
+        play_hosts = list(task_vars.get('ansible_play_batch') or [])
         if args['test'] == 'ib_write_bw':
             readiness = action_call('fabric_readiness', ib_write_bw_readiness, hostvars, args['plan'], play_hosts, args['ib_write_bw_path'])
         else:

@@ -52,7 +52,7 @@ class ActionModule(ActionBase):
         del tmp
         _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         report = action_call('fabric_report', fabric_report, task_vars.get('hostvars') or {}, args['plan'],
-                             list(task_vars.get('ansible_play_hosts') or []), args['expect'],
+                             list(task_vars.get('ansible_play_batch') or []), args['expect'],
                              rdma=_registered(task_vars, RDMA_READINESS_VAR), nccl=_registered(task_vars, NCCL_READINESS_VAR),
                              ib_results=task_vars.get(IB_RESULTS_VAR))
         result.update(report, changed=False)

@@ -87,7 +87,7 @@ EXAMPLES = r"""
   dgxspark.cluster.serving_release:
     containers: [dgxspark-ray, dgxspark-vllm]
     state: recorded
-    release_id: "{{ dict(ansible_play_hosts | zip(ansible_play_hosts | map('extract', hostvars, ['release', 'node_digest'])))
+    release_id: "{{ dict(ansible_play_batch | zip(ansible_play_batch | map('extract', hostvars, ['release', 'node_digest'])))
                     | dgxspark.cluster.release_id }}"
     node_digest: "{{ release.node_digest }}"
     model_dir: /root/.cache/huggingface/hub/models--Qwen--Qwen3.5-397B-A17B-FP8

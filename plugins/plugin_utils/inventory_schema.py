@@ -147,6 +147,7 @@ RUN_VARIABLES = (
     {'name': 'dgxspark_init_client_cidrs', 'description': 'playbooks/init.yml: the client networks of the API (comma-separated).'},
     {'name': 'dgxspark_init_model_profile', 'description': 'playbooks/init.yml: the model profile to draft (default: the first that plans).'},
     {'name': 'dgxspark_init_force', 'description': 'playbooks/init.yml: replace a draft file that was edited (default false).'},
+    {'name': 'dgxspark_serving_group', 'description': 'Act on one serving group of a fleet (stop.yml, status.yml, ...): its name.'},
     {'name': 'dgxspark_status_report_only', 'description': 'status.yml prints the table and does not fail (diagnose.yml sets it).'},
 )
 

@@ -245,7 +245,7 @@ def run_routes(args, hostvars):
     connection = mock.MagicMock()
     connection._shell.tmpdir = None
     action = routes_action.ActionModule(task, connection, mock.MagicMock(), loader=None, templar=None, shared_loader_obj=None)
-    return action.run(task_vars={'hostvars': hostvars, 'ansible_play_hosts': list(HOSTS), 'inventory_hostname': HOSTS[0]})
+    return action.run(task_vars={'hostvars': hostvars, 'ansible_play_batch': list(HOSTS), 'inventory_hostname': HOSTS[0]})
 
 
 def test_the_routes_action():

@@ -628,7 +628,7 @@ def run_action(module, args, task_vars):
     connection = mock.MagicMock()
     connection._shell.tmpdir = None
     action = module.ActionModule(task, connection, mock.MagicMock(), loader=None, templar=None, shared_loader_obj=None)
-    return action.run(task_vars=dict({'inventory_hostname': HOSTS[0], 'ansible_play_hosts': list(HOSTS)}, **task_vars))
+    return action.run(task_vars=dict({'inventory_hostname': HOSTS[0], 'ansible_play_batch': list(HOSTS)}, **task_vars))
 
 
 @pytest.mark.parametrize('hosts, pairs', [

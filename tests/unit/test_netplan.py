@@ -611,7 +611,7 @@ def apply_check_condition():
 ])
 def test_the_check_after_a_change_runs_where_any_node_changed_a_file(written, checks):
     condition, nodes = apply_check_condition()
-    assert nodes == "{{ ansible_play_hosts | map('extract', hostvars) | list }}"
+    assert nodes == "{{ ansible_play_batch | map('extract', hostvars) | list }}"
     variables = dict((h, dict([('_cx7_netplan_written', written[h])] if h in written else [])) for h in HOSTS)
     environment = jinja2.Environment()
     environment.tests['changed'] = changed_test
@@ -732,7 +732,7 @@ def run_verdict(check, hostvars, play_hosts, plan=None):
     connection = mock.MagicMock()
     connection._shell.tmpdir = None
     action = verdict_action.ActionModule(task, connection, mock.MagicMock(), loader=None, templar=None, shared_loader_obj=None)
-    return action.run(task_vars={'hostvars': hostvars, 'ansible_play_hosts': list(play_hosts), 'inventory_hostname': play_hosts[0]})
+    return action.run(task_vars={'hostvars': hostvars, 'ansible_play_batch': list(play_hosts), 'inventory_hostname': play_hosts[0]})
 
 
 def test_the_verdict_names_itself_on_inputs_that_are_not_the_roles():
