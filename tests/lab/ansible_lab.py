@@ -165,6 +165,34 @@ DRAFTED = ("dgxspark_model_profile", "dgxspark_gpu_memory_utilization", "dgxspar
            "dgxspark_nccl_transport", "dgxspark_api_allowed_cidrs")
 
 
+def lab_inventory_env(lab):
+    """The environment that points the lab's templates at its state and patches, for an inventory outside the lab's own
+    directory (which finds them next to itself)."""
+    return {"DGXSPARK_LAB_STATE": os.path.realpath(lab.state_dir),
+            "DGXSPARK_LAB_PATCHES": os.path.join(REPO, "lab", "serving", "patches")}
+
+
+def fleet_inventory(lab, directory, groups, **values):
+    """A fleet inventory of the lab (issue 51) in DIRECTORY: GROUPS ({group: [nodes], head first}, in order) as serving
+    groups, with the live inventory's variables (group_vars/all) and VALUES over them; run it with
+    env=lab_inventory_env(lab). Returns DIRECTORY."""
+    live = inventory(lab)
+    with open(os.path.join(live, "hosts.yml"), encoding="utf-8") as handle:
+        children = yaml.safe_load(handle)["all"]["children"]
+    hostvars = dict((host, dict(v or {})) for group in children.values() for host, v in (group.get("hosts") or {}).items())
+    hosts = {"all": {"children": dict((name, {"hosts": dict((node, hostvars[node]) for node in nodes)})
+                                      for name, nodes in groups.items())}}
+    os.makedirs(os.path.join(directory, "group_vars"), exist_ok=True)
+    with open(os.path.join(directory, "hosts.yml"), "w", encoding="utf-8") as handle:
+        yaml.safe_dump(hosts, handle, sort_keys=False)
+    with open(os.path.join(live, "group_vars", "all.yml"), encoding="utf-8") as handle:
+        lab_vars = yaml.safe_load(handle)
+    lab_vars.update(values, dgxspark_serving_groups=list(groups))
+    with open(os.path.join(directory, "group_vars", "all.yml"), "w", encoding="utf-8") as handle:
+        yaml.safe_dump(lab_vars, handle, sort_keys=False, width=200)
+    return directory
+
+
 def init_draft(lab, workdir, *extra):
     """playbooks/init.yml on the lab's nodes as a user runs it: a hosts-only inventory, the client network (the lab's
     management network), and the lab's differences as an -e file. Returns (rc, output, draft dir, the -e arguments and
