@@ -187,7 +187,8 @@ def fleet_inventory(lab, directory, groups, **values):
         yaml.safe_dump(hosts, handle, sort_keys=False)
     with open(os.path.join(live, "group_vars", "all.yml"), encoding="utf-8") as handle:
         lab_vars = yaml.safe_load(handle)
-    lab_vars.update(values, dgxspark_serving_groups=list(groups))
+    # The live inventory finds the lab's state next to itself: this one lies elsewhere, so name it.
+    lab_vars.update(values, dgxspark_serving_groups=list(groups), dgxspark_lab_state_dir=os.path.realpath(lab.state_dir))
     with open(os.path.join(directory, "group_vars", "all.yml"), "w", encoding="utf-8") as handle:
         yaml.safe_dump(lab_vars, handle, sort_keys=False, width=200)
     return directory
