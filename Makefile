@@ -19,7 +19,7 @@ help:
 	@echo "make plan INVENTORY=inventories/3node - print the cluster plan for an inventory (controller only)"
 	@echo "make lab-up NODES=2 | make lab-down | make lab-status"
 	@echo "make test-lab-mp - the serving lab tests with vLLM's own multi-node backend (make test runs them with Ray)"
-	@echo "make test-lab-more - what make test leaves out: profile patches with Ray, molecule serving_mp"
+	@echo "make test-lab-more - what make test leaves out: profile patches with Ray, the fleet's two groups, molecule serving_mp"
 
 setup:
 	bash tools/setup.sh
@@ -85,9 +85,11 @@ test-lab-mp: lab-up
 	DGXSPARK_LAB_BACKEND=mp $(PYTEST) -p no:cacheprovider -m lab -s --durations=20 $(LAB_SERVING_MODULES)
 
 # What `make test` leaves out to fit CI's 90 minutes on its slower host (tools/test-suite.sh says why): the profile
-# patches module with Ray on 2 nodes, and molecule's serving_mp scenario.
+# patches module with Ray on 2 nodes, the fleet's module (two serving groups on the 4 nodes), and molecule's serving_mp
+# scenario.
 test-lab-more: lab-up
 	DGXSPARK_LAB_NODES=2 $(PYTEST) -p no:cacheprovider -m lab -s --durations=20 tests/lab/test_profile_patches_lab.py
+	$(PYTEST) -p no:cacheprovider -m lab -s --durations=20 tests/lab/test_fleet_lab.py
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/molecule test -s serving_mp
 
 bench-lab: setup
