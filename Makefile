@@ -19,7 +19,7 @@ help:
 	@echo "make plan INVENTORY=inventories/3node - print the cluster plan for an inventory (controller only)"
 	@echo "make lab-up NODES=2 | make lab-down | make lab-status"
 	@echo "make test-lab-mp - the serving lab tests with vLLM's own multi-node backend (make test runs them with Ray)"
-	@echo "make test-lab-more - what make test leaves out: profile patches with Ray, the fleet's two groups, molecule serving_mp"
+	@echo "make test-lab-more - what make test leaves out: profile patches with Ray, the fleet's two groups, molecule serving_mp and fleet_router"
 
 setup:
 	bash tools/setup.sh
@@ -86,11 +86,12 @@ test-lab-mp: lab-up
 
 # What `make test` leaves out to fit CI's 90 minutes on its slower host (tools/test-suite.sh says why): the profile
 # patches module with Ray on 2 nodes, the fleet's module (two serving groups on the 4 nodes), and molecule's serving_mp
-# scenario.
+# and fleet_router scenarios.
 test-lab-more: lab-up
 	DGXSPARK_LAB_NODES=2 $(PYTEST) -p no:cacheprovider -m lab -s --durations=20 tests/lab/test_profile_patches_lab.py
 	$(PYTEST) -p no:cacheprovider -m lab -s --durations=20 tests/lab/test_fleet_lab.py
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/molecule test -s serving_mp
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/molecule test -s fleet_router
 
 bench-lab: setup
 	bench/lab_up
