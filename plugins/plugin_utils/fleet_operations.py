@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils import fleet_plan
+
 # A limit pattern this module can read: names (groups or hosts), each maybe excluded with '!', joined by ',' or ':'.
 _LIMIT_TERM = re.compile(r'^!?[A-Za-z0-9_.\-]+$')
 
@@ -22,16 +24,15 @@ class FleetOperationError(ValueError):
 
 
 def group_members(groups, declared=None):
-    """[(name, [hosts, head first])] of the serving groups, in the inventory's order.
+    """[(name, [hosts, head first])] of the serving groups, in the inventory's order, as the plan finds them
+    (fleet_plan.serving_groups; its problems are the plan's to refuse, first).
 
     ``groups``: Ansible's groups; ``declared``: dgxspark_serving_groups (None or empty: one group named '' of the groups
-    head and workers, as before serving groups). A declared group without hosts is left out: the plan refuses it first.
+    head and workers, as before serving groups).
     """
-    groups = groups or {}
-    if not declared:
-        hosts = list(groups.get('head') or []) + [h for h in groups.get('workers') or [] if h not in (groups.get('head') or [])]
-        return [('', hosts)]
-    return [(name, list(groups.get(name) or [])) for name in declared if groups.get(name)]
+    found, _problems = fleet_plan.serving_groups(declared or None, groups)
+    return [(name or '', members['head'] + [h for h in members['workers'] if h not in members['head']])
+            for name, members in found]
 
 
 def selected_members(groups, declared=None, selected=''):
