@@ -110,7 +110,9 @@ scenarios="serving $(ls molecule/*/molecule.yml | cut -d/ -f2 | grep -vx 'servin
 ) > .build/second-lab.log 2>&1 &
 second_lab=$!
 # The first lab's output is the run's own (the slowest lab tests by name, which to shorten next, after the modules).
-DGXSPARK_TEST_DURATIONS=.build/test-durations.tsv .venv/bin/pytest -m lab --durations=30 --durations-min=20 \
+# Its playbooks run with the API's TLS on (the collection's cluster CA, issue 49): every serving check calls the API and
+# Prometheus over https; the second lab's backend switch deploys the users' default, plain HTTP, from nothing.
+DGXSPARK_LAB_API_TLS=generated DGXSPARK_TEST_DURATIONS=.build/test-durations.tsv .venv/bin/pytest -m lab --durations=30 --durations-min=20 \
     --junitxml=.build/junit-lab.xml "${first_lab_ignores[@]}" tests/lab &
 first_lab=$!
 background+=("$first_lab" "$second_lab")

@@ -4,8 +4,10 @@ import json
 import os
 import re
 import signal
+import ssl
 import subprocess
 import time
+import urllib.request
 
 import yaml
 
@@ -23,6 +25,15 @@ BACKEND = os.environ.get("DGXSPARK_LAB_BACKEND", "ray")
 LAB_ENGINE_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "nobind"}
 if BACKEND not in BACKENDS:
     raise ValueError("DGXSPARK_LAB_BACKEND must be one of %s, not %r" % ("/".join(BACKENDS), BACKEND))
+# The API's TLS every lab playbook runs with (DGXSPARK_LAB_API_TLS): off, the users' default, or generated (the cluster
+# CA the collection makes, issue 49). `make test` runs its first lab with generated, its second lab off; every check
+# that calls the API or Prometheus follows it through api_url/api_open (and prometheus_lab). A module that tests one
+# mode passes its own -e, which comes later and wins.
+API_TLS_MODES = ("off", "generated")
+API_TLS = os.environ.get("DGXSPARK_LAB_API_TLS", "off")
+if API_TLS not in API_TLS_MODES:
+    raise ValueError("DGXSPARK_LAB_API_TLS must be one of %s, not %r" % ("/".join(API_TLS_MODES), API_TLS))
+API_PORT = 8000
 
 
 def inventory(lab):
@@ -35,6 +46,32 @@ def backend_args(backend=None):
     """ansible-playbook's arguments for BACKEND (the lab's when None): none for Ray, the inventory's own."""
     backend = backend or BACKEND
     return [] if backend == "ray" else ["-e", "dgxspark_executor_backend=%s" % backend]
+
+
+def tls_args():
+    """ansible-playbook's arguments for the lab's API TLS: none when off, the inventory's own."""
+    return [] if API_TLS == "off" else ["-e", "dgxspark_api_tls=" + API_TLS]
+
+
+def api_tls_on():
+    return API_TLS != "off"
+
+
+def api_url(lab, path="", node=None, port=API_PORT):
+    """The API (on the head, else NODE) as a client on the management network calls it: https with the lab's TLS."""
+    return "%s://%s:%d%s" % ("https" if api_tls_on() else "http", lab.mgmt_ip[node or lab.nodes[0]], port, path)
+
+
+def api_ca_file(lab):
+    """The cluster CA that dgxspark_api_tls=generated makes in the lab's secrets directory (None when TLS is off)."""
+    return os.path.join(lab.state_dir, "secrets", "api_tls", "ca.crt") if api_tls_on() else None
+
+
+def api_open(lab, request, timeout):
+    """urlopen of a request to api_url: with TLS, verified with the cluster CA (the certificate names the head's
+    address)."""
+    context = ssl.create_default_context(cafile=api_ca_file(lab)) if api_tls_on() else None
+    return urllib.request.urlopen(request, timeout=timeout, context=context)
 
 
 def node_container(backend=None):
@@ -56,7 +93,7 @@ def run_playbook(lab, playbook, *extra, on_line=None, timeout=PLAYBOOK_TIMEOUT, 
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0",
                PATH=os.path.join(REPO, ".venv", "bin") + os.pathsep + os.environ.get("PATH", ""), **(env or {}))
     cmd = ([ANSIBLE_PLAYBOOK, os.path.join(REPO, "playbooks", playbook), "-i", source or inventory(lab)] + backend_args(backend)
-           + list(extra))
+           + tls_args() + list(extra))
     # A run that may be killed gets its own process group, so that its forked workers die with it.
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
                             start_new_session=kill_when is not None)
@@ -82,7 +119,7 @@ def planned_containers(lab, *extra, backend=None):
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="ansible.posix.json")
     cmd = [os.path.join(REPO, ".venv", "bin", "ansible"), "localhost", "-i", inventory(lab), "-m", "dgxspark.cluster.cluster_plan",
-           "-a", "playbook=deploy-397b.yml"] + backend_args(backend) + list(extra)
+           "-a", "playbook=deploy-397b.yml"] + backend_args(backend) + tls_args() + list(extra)
     result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=True)
     return json.loads(result.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]["plan"]["containers"]
 

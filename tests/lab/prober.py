@@ -3,10 +3,13 @@ head's API, the time of every answer kept. What a release change costs a client 
 bench/)."""
 
 import json
+import ssl
 import threading
 import time
 import urllib.error
 import urllib.request
+
+from ansible_lab import api_ca_file, api_url
 
 # bench/release measures downtime to half a second. The lab tests ask once a second (TEST_INTERVAL): each answer costs
 # the four ranks about 0.15 CPU-s, and they only check that the old release kept answering (silences under 5 s).
@@ -17,9 +20,11 @@ TEST_INTERVAL = 1.0
 class Prober(threading.Thread):
     """Asks the engine for one token every `interval` seconds; keeps the time of every answer."""
 
-    def __init__(self, url, key, model, interval=INTERVAL):
+    def __init__(self, url, key, model, interval=INTERVAL, cafile=None):
         super().__init__(daemon=True)
         self.url, self.key, self.model, self.interval = url, key, model, interval
+        # An https url is verified with cafile (the cluster CA of dgxspark_api_tls=generated).
+        self.context = ssl.create_default_context(cafile=cafile) if url.startswith("https:") else None
         self.answers = []
         self.stopped = threading.Event()
 
@@ -28,14 +33,14 @@ class Prober(threading.Thread):
         """A prober of the lab's head API over the management network, with the key the deploy generated."""
         with open("%s/secrets/vllm_api_key" % lab.state_dir, encoding="utf-8") as handle:
             key = handle.read().strip()
-        return cls("http://%s:8000/v1/chat/completions" % lab.mgmt_ip[lab.nodes[0]], key, model, interval)
+        return cls(api_url(lab, "/v1/chat/completions"), key, model, interval, cafile=api_ca_file(lab))
 
     def ask(self):
         body = json.dumps({"model": self.model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}).encode()
         request = urllib.request.Request(self.url, data=body, method="POST", headers={
             "Authorization": "Bearer " + self.key, "Content-Type": "application/json"})
         try:
-            with urllib.request.urlopen(request, timeout=5) as response:
+            with urllib.request.urlopen(request, timeout=5, context=self.context) as response:
                 return response.status == 200 and json.load(response).get("choices")
         except (urllib.error.URLError, OSError, ValueError):
             return False

@@ -14,7 +14,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from ansible_lab import HEAD
+from ansible_lab import HEAD, api_tls_on
 
 USER = "dgxspark"
 PORT = 9090
@@ -35,8 +35,10 @@ def ca_file(lab):
     return os.path.join(lab.state_dir, "secrets", "api_tls", "ca.crt")
 
 
-def base_url(lab, tls=False):
-    """Prometheus on the head's management address: https with the API's TLS, http without."""
+def base_url(lab, tls=None):
+    """Prometheus on the head's management address: https with the API's TLS, http without (tls: the lab's
+    DGXSPARK_LAB_API_TLS when None)."""
+    tls = api_tls_on() if tls is None else tls
     return "%s://%s:%d" % ("https" if tls else "http", lab.mgmt_ip[HEAD], PORT)
 
 
@@ -53,9 +55,12 @@ def _open(url, secret, cafile, timeout):
     return urllib.request.urlopen(request, timeout=timeout, context=context)
 
 
-def status(url, secret=None, cafile=None, timeout=10):
+def status(url, secret=None, cafile=None, timeout=10, lab=None):
     """The HTTP status of GET url, with Prometheus' user and `secret` when given (an https url: verified with cafile,
-    else the system's trust store). A connection or TLS failure raises (URLError): it has no status."""
+    else the lab's cluster CA when lab is given, else the system's trust store). A connection or TLS failure raises
+    (URLError): it has no status."""
+    if cafile is None and lab is not None and url.startswith("https:"):
+        cafile = ca_file(lab)
     try:
         with _open(url, secret, cafile, timeout) as response:
             return response.status
@@ -63,8 +68,10 @@ def status(url, secret=None, cafile=None, timeout=10):
         return error.code
 
 
-def api(lab, path, tls=False, timeout=30, **params):
-    """GET Prometheus' HTTP API with the cluster's password (and the cluster CA with TLS) -> its `data`."""
+def api(lab, path, tls=None, timeout=30, **params):
+    """GET Prometheus' HTTP API with the cluster's password (and the cluster CA with TLS; tls: the lab's when None) ->
+    its `data`."""
+    tls = api_tls_on() if tls is None else tls
     url = base_url(lab, tls) + path + ("?" + urllib.parse.urlencode(params) if params else "")
     with _open(url, password(lab), ca_file(lab) if tls else None, timeout) as response:
         answer = json.load(response)

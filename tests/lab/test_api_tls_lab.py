@@ -127,7 +127,7 @@ def test_prometheus_answers_over_https_with_the_ca_and_its_password_only(lab, de
     assert "CERTIFICATE_VERIFY_FAILED" in str(unverified.value)
     # Go's TLS server answers a plain HTTP request with a bare 400 ("Client sent an HTTP request to an HTTPS server").
     try:
-        plain = prometheus_lab.status(prometheus_lab.base_url(lab) + query, password)
+        plain = prometheus_lab.status(prometheus_lab.base_url(lab, tls=False) + query, password)
     except urllib.error.URLError as error:
         plain = error
     assert plain == 400 or not isinstance(plain, int), plain

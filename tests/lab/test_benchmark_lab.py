@@ -14,7 +14,7 @@ import urllib.request
 
 import pytest
 
-from ansible_lab import run_playbook, serving_cluster
+from ansible_lab import api_open, api_url, run_playbook, serving_cluster
 
 pytestmark = pytest.mark.lab
 
@@ -38,9 +38,8 @@ def engine_counters(lab):
     sum (s) and count of the TTFT and e2e histograms."""
     with open(os.path.join(lab.state_dir, "secrets", "vllm_api_key")) as handle:
         key = handle.read().strip()
-    request = urllib.request.Request("http://%s:8000/metrics" % lab.mgmt_ip["spark-alpha"],
-                                     headers={"Authorization": "Bearer " + key})
-    with urllib.request.urlopen(request, timeout=30) as response:
+    request = urllib.request.Request(api_url(lab, "/metrics"), headers={"Authorization": "Bearer " + key})
+    with api_open(lab, request, timeout=30) as response:
         text = response.read().decode()
     values = {}
     for name in ("vllm:generation_tokens_total", "vllm:time_to_first_token_seconds_sum",

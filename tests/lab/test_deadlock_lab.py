@@ -35,8 +35,8 @@ import openai
 import pytest
 import yaml
 
-from ansible_lab import (BACKEND, HEAD, extra_vars, node_container, playbook_ok, run_playbook, says_healthy, serving_cluster,
-                         serving_lab)
+from ansible_lab import (BACKEND, HEAD, api_open, api_url, extra_vars, node_container, playbook_ok, run_playbook, says_healthy,
+                         serving_cluster, serving_lab)
 from test_monitoring_lab import prometheus, wait_for
 from test_openai_client_lab import LAB_PROFILE_PARSERS, TWO_NODE_VARS_FILE, client, models
 from test_supervisor_lab import CONFIG, SUPERVISOR, UNIT, message_time, report, wait_report
@@ -81,10 +81,9 @@ def api_key(lab):
 
 def engine_get(lab, path, timeout=5):
     """(status, body) of a GET on the head's API with the key."""
-    request = urllib.request.Request("http://%s:8000%s" % (lab.mgmt_ip[HEAD], path),
-                                     headers={"Authorization": "Bearer " + api_key(lab)})
+    request = urllib.request.Request(api_url(lab, path, HEAD), headers={"Authorization": "Bearer " + api_key(lab)})
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        with api_open(lab, request, timeout=timeout) as response:
             return response.status, response.read().decode("utf-8", "replace")
     except urllib.error.HTTPError as error:
         return error.code, ""

@@ -27,8 +27,8 @@ import time
 
 import pytest
 
-from ansible_lab import (BACKEND, HEAD, LAB_ENGINE_ENV, RAY, VLLM, changed_tasks, containers, extra_vars, node_container,
-                         planned_containers, recap, run_playbook, serving_lab)
+from ansible_lab import (BACKEND, HEAD, LAB_ENGINE_ENV, RAY, VLLM, api_ca_file, api_tls_on, api_url, changed_tasks, containers,
+                         extra_vars, node_container, planned_containers, recap, run_playbook, serving_lab)
 from prober import (MODEL, RAY_PLAY, SECOND_MODEL, TEST_INTERVAL, VLLM_PLAY, PlayStarts, Prober, report_distribution,
                     stage_second_image, stage_second_model)
 
@@ -62,13 +62,13 @@ def deployed(lab):
     return {"output": out, "containers": containers(lab)}
 
 
-def test_first_deploy_serves_and_ends_with_a_healthy_table(deployed):
+def test_first_deploy_serves_and_ends_with_a_healthy_table(lab, deployed):
     out = deployed["output"]
     if BACKEND == "ray":
         assert "Ray on spark-alpha: 4/4 nodes alive, 4 GPUs" in out
     else:
         assert "Ranks: vLLM's own multi-node backend (mp), 4 nodes, rendezvous " in out
-    assert "vLLM serves Qwen/Qwen3.5-397B-A17B-FP8 on http://" in out
+    assert "vLLM serves Qwen/Qwen3.5-397B-A17B-FP8 on %s" % api_url(lab, "", HEAD) in out, out[-3000:]
     # vLLM's own engine answered: the lab model's random tokens, from the served name over all four ranks
     assert re.search(r"Smoke answer \([1-9][0-9]* tokens\): \S", out), out[-3000:]
     # ... and the lab's inventory says, on a line of its own, that this text is noise by design (issue 46)
@@ -133,8 +133,11 @@ def test_second_deploy_changes_and_restarts_nothing_and_waits_for_an_engine_that
     assert re.search(r"TASK \[Wait for the engine that serves already to load and answer, when the phase was skipped\] \**\n"
                      r"(?:(?!TASK ).*\n)*?ok: \[spark-alpha\]", out), out[-6000:]
     # ... and ends, as the first did, with where the model is served and how to call it (issue 48)
-    assert re.search(r"healthy\n\s*Endpoint: http://\S+:8000/v1 serving Qwen/Qwen3.5-397B-A17B-FP8\n"
-                     r"\s*curl -s http://\S+/v1/chat/completions -H \"Authorization: Bearer \$\(cat /\S+/vllm_api_key\)\"", out), out[-3000:]
+    # (with the lab's TLS: https, and the cluster CA curl verifies the head with)
+    curl = "curl -s --cacert %s " % api_ca_file(lab) if api_tls_on() else "curl -s "
+    assert re.search(r"healthy\n\s*Endpoint: %s serving Qwen/Qwen3.5-397B-A17B-FP8\n\s*%s%s -H \"Authorization: Bearer "
+                     r"\$\(cat /\S+/vllm_api_key\)\"" % (re.escape(api_url(lab, "/v1", HEAD)), re.escape(curl),
+                                                         re.escape(api_url(lab, "/v1/chat/completions", HEAD))), out), out[-3000:]
 
 
 def test_check_diff_on_the_converged_cluster_changes_nothing(lab, deployed):

@@ -20,7 +20,7 @@ import subprocess
 import pytest
 
 from ansible_lab import (REPO, RAY, VLLM, containers, fleet_inventory, lab_inventory_env, node_container, run_playbook,
-                         says_healthy, serving_lab)
+                         says_healthy, serving_lab, tls_args)
 from prober import Prober
 
 pytestmark = pytest.mark.lab
@@ -44,7 +44,7 @@ def fleet_plans(source, env):
     """{group: its plan}: the plan action alone on the controller (it contacts no node)."""
     run_env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                    ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="ansible.posix.json", **env)
-    cmd = [os.path.join(REPO, ".venv", "bin", "ansible"), "localhost", "-i", source, "-m", "dgxspark.cluster.cluster_plan"]
+    cmd = [os.path.join(REPO, ".venv", "bin", "ansible"), "localhost", "-i", source, "-m", "dgxspark.cluster.cluster_plan"] + tls_args()
     result = subprocess.run(cmd, cwd=REPO, env=run_env, capture_output=True, text=True, timeout=300, check=True)
     return json.loads(result.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]["group_plans"]
 
@@ -53,8 +53,10 @@ def prober(lab, plan):
     """A client of one group's head API (its own address, the plan's key and served name)."""
     with open(plan["api"]["api_key_file"], encoding="utf-8") as handle:
         key = handle.read().strip()
-    return Prober("http://%s:%d/v1/chat/completions" % (lab.mgmt_ip[plan["head"]], plan["api"]["port"]), key,
-                  plan["api"]["served_model_name"])
+    tls = plan["api"]["tls"]
+    return Prober("%s://%s:%d/v1/chat/completions" % ("https" if tls["enabled"] else "http", lab.mgmt_ip[plan["head"]],
+                                                     plan["api"]["port"]), key, plan["api"]["served_model_name"],
+                  cafile=tls["controller"]["ca_file"])
 
 
 def running(lab, node, container):

@@ -23,7 +23,7 @@ import urllib.request
 
 import pytest
 
-from ansible_lab import BACKEND, HEAD, node_container, run_playbook, says_healthy, serving_cluster
+from ansible_lab import BACKEND, HEAD, api_open, api_url, node_container, run_playbook, says_healthy, serving_cluster
 
 pytestmark = pytest.mark.lab
 
@@ -36,10 +36,10 @@ def api_answers(lab):
         key = handle.read().strip()
     body = json.dumps({"model": "Qwen/Qwen3.5-397B-A17B-FP8", "max_tokens": 1,
                        "messages": [{"role": "user", "content": "ping"}]}).encode()
-    request = urllib.request.Request("http://%s:8000/v1/chat/completions" % lab.mgmt_ip[HEAD], data=body,
+    request = urllib.request.Request(api_url(lab, "/v1/chat/completions", HEAD), data=body,
                                      headers={"Authorization": "Bearer " + key, "Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(request, timeout=10) as response:
+        with api_open(lab, request, timeout=10) as response:
             return response.status == 200
     except (urllib.error.URLError, OSError):
         return False

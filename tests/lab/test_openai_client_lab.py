@@ -16,13 +16,14 @@ profile's tool and reasoning parsers, deployed only when nothing answers yet.
 
 import json
 import os
+import ssl
 import time
 
 import openai
 import pytest
 import yaml
 
-from ansible_lab import HEAD, REPO, VLLM, extra_vars, playbook_ok, serving_cluster, serving_lab
+from ansible_lab import HEAD, REPO, VLLM, api_ca_file, api_url, extra_vars, playbook_ok, serving_cluster, serving_lab
 
 pytestmark = pytest.mark.lab
 
@@ -42,7 +43,10 @@ def client(lab, key=None):
     if key is None:
         with open(os.path.join(lab.state_dir, "secrets", "vllm_api_key"), encoding="utf-8") as handle:
             key = handle.read().strip()
-    return openai.OpenAI(base_url="http://%s:8000/v1" % lab.mgmt_ip[HEAD], api_key=key, max_retries=0, timeout=120)
+    # With the lab's TLS, the SDK verifies the head's certificate with the cluster CA, as a user's client does.
+    cafile = api_ca_file(lab)
+    http_client = openai.DefaultHttpxClient(verify=ssl.create_default_context(cafile=cafile)) if cafile else None
+    return openai.OpenAI(base_url=api_url(lab, "/v1", HEAD), api_key=key, max_retries=0, timeout=120, http_client=http_client)
 
 
 def models(lab):

@@ -54,10 +54,12 @@ def prometheus_since(host):
 
 @pytest.fixture(scope="module")
 def shape(tmp_path_factory):
-    """The 2-node cluster shape as a vars file (the lab inventory's model needs four Sparks)."""
+    """The 2-node cluster shape as a vars file (the lab inventory's model needs four Sparks), the API without TLS:
+    this module checks README's plain-http line, test_api_tls_lab.py the https one, whatever the lab's
+    DGXSPARK_LAB_API_TLS."""
     path = tmp_path_factory.mktemp("promauth") / "shape.json"
     with open(TWO_NODE_SHAPE, encoding="utf-8") as handle:
-        path.write_text(json.dumps(yaml.safe_load(handle)))
+        path.write_text(json.dumps(dict(yaml.safe_load(handle), dgxspark_api_tls="off")))
     return ["-e", "@%s" % path]
 
 
@@ -77,7 +79,7 @@ def monitored(lab, cluster_rail1, shape):
             outputs.append(out)
         password_file, password = prometheus_lab.password_file(lab), prometheus_lab.password(lab)
         assert len(password) >= 32
-        base = prometheus_lab.base_url(lab)
+        base = prometheus_lab.base_url(lab, tls=False)
         deadline = time.monotonic() + 60
         while status(base + "/-/ready", password) != 200:
             assert time.monotonic() < deadline, "Prometheus is not ready within 60 s"
@@ -92,7 +94,7 @@ def test_prometheus_answers_401_without_its_password_and_200_with_it(lab, monito
         assert status(base + path, "not-the-password") == 401, path
         assert status(base + path, password[:-1]) == 401, path
         assert status(base + path, password) == 200, path
-    assert prometheus_lab.api(lab, "/api/v1/query", query="up")["resultType"] == "vector"
+    assert prometheus_lab.api(lab, "/api/v1/query", tls=False, query="up")["resultType"] == "vector"
 
 
 def test_the_readmes_command_queries_prometheus(lab, monitored):

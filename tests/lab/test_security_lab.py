@@ -30,7 +30,8 @@ import pytest
 
 import prometheus_lab
 from labnet import answers
-from ansible_lab import BACKEND, HEAD, RAY, VLLM, node_container, recap, run_playbook, says_healthy, serving_lab
+from ansible_lab import (BACKEND, HEAD, RAY, VLLM, api_open, api_url, node_container, recap, run_playbook, says_healthy,
+                         serving_lab)
 
 pytestmark = pytest.mark.lab
 
@@ -65,12 +66,12 @@ def listening_ports(host):
 
 
 
-def api_status(url, key=None, method="GET"):
+def api_status(lab, url, key=None, method="GET"):
     data = b"{}" if method in ("POST", "PUT", "PATCH") else None
     headers = dict({"Authorization": "Bearer " + key} if key else {}, **({"Content-Type": "application/json"} if data else {}))
     request = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
-        with urllib.request.urlopen(request, timeout=10) as response:
+        with api_open(lab, request, timeout=10) as response:
             return response.status
     except urllib.error.HTTPError as error:
         return error.code
@@ -157,34 +158,34 @@ def test_a_port_opened_by_hand_on_a_worker_answers_over_the_rail_only(lab, deplo
 
 
 def test_api_answers_401_without_the_key_and_200_with_it(lab, secrets, deployed):
-    url = "http://%s:%d/v1/models" % (lab.mgmt_ip[HEAD], API_PORT)
-    assert api_status(url) == 401
-    assert api_status(url, "not-the-key") == 401
-    assert api_status(url, secrets["vllm_api_key"]) == 200
+    url = api_url(lab, "/v1/models", HEAD)
+    assert api_status(lab, url) == 401
+    assert api_status(lab, url, "not-the-key") == 401
+    assert api_status(lab, url, secrets["vllm_api_key"]) == 200
 
 
 def test_prometheus_answers_401_without_its_password_and_200_with_it(lab, secrets, deployed):
     """Issue 49: Prometheus republished the engine's metrics (which the API key protects at the engine) to the networks
     the inventory allows, without credentials."""
     url = prometheus_lab.base_url(lab) + "/api/v1/query?query=vllm:num_requests_running"
-    assert prometheus_lab.status(url) == 401
-    assert prometheus_lab.status(url, "not-the-password") == 401
-    assert prometheus_lab.status(url, secrets["prometheus_password"]) == 200
+    assert prometheus_lab.status(url, lab=lab) == 401
+    assert prometheus_lab.status(url, "not-the-password", lab=lab) == 401
+    assert prometheus_lab.status(url, secrets["prometheus_password"], lab=lab) == 200
 
 
 def test_every_route_of_the_running_server_needs_the_key_but_health(lab, secrets, deployed):
     """vLLM checks its key on /v1/* only (vllm#58144); the collection's guard covers every route the server has."""
-    base = "http://%s:%d" % (lab.mgmt_ip[HEAD], API_PORT)
+    base = api_url(lab, "", HEAD)
     request = urllib.request.Request(base + "/openapi.json", headers={"Authorization": "Bearer " + secrets["vllm_api_key"]})
-    with urllib.request.urlopen(request, timeout=10) as response:  # the running server's own list of its routes
+    with api_open(lab, request, timeout=10) as response:  # the running server's own list of its routes
         paths = json.load(response)["paths"]
     routes = {(method.upper(), re.sub(r"{[^}]*}", "x", path)) for path, item in paths.items() for method in item}
     assert {("POST", "/invocations"), ("POST", "/tokenize"), ("POST", "/detokenize"), ("POST", "/v1/completions")} <= routes
     # Not in the schema: Prometheus' app mounted at /metrics, the schema and docs themselves, and a route no vLLM has yet.
     routes |= {("GET", "/metrics"), ("GET", "/openapi.json"), ("GET", "/docs"), ("POST", "/a-route-of-a-later-vllm")}
-    statuses = dict((route, api_status(base + route[1], method=route[0])) for route in sorted(routes))
+    statuses = dict((route, api_status(lab, base + route[1], method=route[0])) for route in sorted(routes))
     assert {r: s for r, s in statuses.items() if r[1] != "/health" and s != 401} == {}, statuses
-    assert api_status(base + "/health") == 200
+    assert api_status(lab, base + "/health") == 200
 
 
 def test_firewall_converged_second_run_changes_and_reloads_nothing(lab, deployed):
