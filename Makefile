@@ -79,7 +79,7 @@ lab-test: lab-up
 # The serving lab modules (tests/lab/conftest.py's SERVING_MODULES, in that order) with vLLM's own multi-node backend;
 # `make test` runs them with Ray, and its second lab the switch between the two (test_backend_switch_lab.py). Beside
 # other labs: DGXSPARK_LAB_INSTANCE=2 DGXSPARK_LAB_STATE_SUFFIX=-2 make test-lab-mp.
-LAB_SERVING_MODULES := $(addprefix tests/lab/,test_deploy_lab.py test_openai_client_lab.py test_healing_lab.py test_supervisor_lab.py \
+LAB_SERVING_MODULES := $(addprefix tests/lab/,test_deploy_lab.py test_api_tls_lab.py test_openai_client_lab.py test_healing_lab.py test_supervisor_lab.py \
 	test_deadlock_lab.py test_benchmark_lab.py test_monitoring_lab.py test_diagnose_lab.py test_security_lab.py test_profile_patches_lab.py)
 test-lab-mp: lab-up
 	DGXSPARK_LAB_BACKEND=mp $(PYTEST) -p no:cacheprovider -m lab -s --durations=20 $(LAB_SERVING_MODULES)

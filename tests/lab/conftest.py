@@ -195,7 +195,9 @@ def pytest_sessionfinish(session):
 # break a served cluster.
 # The fleet comes first: it deploys two serving groups, and ends with the users' default layout serving again.
 # The backend switch comes last: it leaves a release that failed its gate.
-SERVING_MODULES = ("test_fleet_lab.py", "test_deploy_lab.py", "test_init_lab.py", "test_openai_client_lab.py", "test_healing_lab.py", "test_supervisor_lab.py",
+# TLS (test_api_tls_lab.py) follows the deploy: with the lab's TLS on, as make test's first lab, its deploy is a no-op.
+SERVING_MODULES = ("test_fleet_lab.py", "test_deploy_lab.py", "test_api_tls_lab.py", "test_init_lab.py", "test_openai_client_lab.py",
+                   "test_healing_lab.py", "test_supervisor_lab.py",
                    "test_deadlock_lab.py", "test_benchmark_lab.py",
                    "test_monitoring_lab.py", "test_diagnose_lab.py", "test_security_lab.py", "test_profile_patches_lab.py",
                    "test_backend_switch_lab.py")

@@ -1,4 +1,7 @@
-"""TLS of the vLLM API on a 2-node lab (issue 49, item 6): `deploy.yml -e dgxspark_api_tls=generated`, monitoring included.
+"""TLS of the vLLM API on the served 4-node lab (issue 49, item 6): `deploy-397b.yml -e dgxspark_api_tls=generated`,
+monitoring included. A serving module (conftest.SERVING_MODULES): with the lab's TLS on (DGXSPARK_LAB_API_TLS=generated,
+make test's first lab) the cluster already serves that way and its deploy changes nothing; with TLS off it switches the
+cluster to TLS, and the next module's deploy switches it back.
 
 The controller makes the cluster CA and the head's certificate once (in the lab's secrets directory); vLLM serves HTTPS
 with them, and everything that calls the API follows the plan's api.tls:
@@ -11,7 +14,7 @@ with them, and everything that calls the API follows the plan's api.tls:
 - the key is 0600 root on the head, and its content is in no output, `docker inspect`, container log or journal;
 - a second deploy reuses the CA and the certificate, changes nothing and restarts no Prometheus.
 
-    DGXSPARK_LAB_NODES=2 .venv/bin/python -m pytest -m lab tests/lab/test_api_tls_lab.py
+    DGXSPARK_LAB_API_TLS=generated .venv/bin/python -m pytest -m lab tests/lab/test_api_tls_lab.py
 """
 
 import json
@@ -27,26 +30,22 @@ import pytest
 import yaml
 
 import prometheus_lab
-from ansible_lab import REPO, VLLM, changed_tasks, extra_vars, playbook_ok, recap, run_playbook, says_healthy, serving_lab
+from ansible_lab import REPO, VLLM, changed_tasks, playbook_ok, recap, run_playbook, says_healthy, serving_lab
 
 pytestmark = pytest.mark.lab
 
 HEAD = "spark-alpha"
 API_PORT = 8000
-TWO_NODE_VARS_FILE = os.path.join(REPO, "molecule", "shared", "group_vars", "all", "20-two-node-cluster.yml")
 CURL = re.compile(r'(curl -s --cacert (\S+) (https://\S+)/chat/completions -H "Authorization: Bearer \$\(cat \S+\)")')
 
 
-def tls_args():
-    with open(TWO_NODE_VARS_FILE, encoding="utf-8") as handle:
-        two_node = yaml.safe_load(handle)
-    # Without the OS phase (minutes of apt on fresh nodes, tested on its own); the firewall and monitoring stay.
-    return ["--skip-tags", "os"] + extra_vars(two_node, dgxspark_tensor_parallel_size=2, dgxspark_api_tls="generated")
+# Whatever the lab's DGXSPARK_LAB_API_TLS (later -e win).
+TLS_ARGS = ("-e", "dgxspark_api_tls=generated")
 
 
 @pytest.fixture(scope="module")
 def deployed(lab):
-    out = playbook_ok(serving_lab(lab, count=2), "deploy.yml", *tls_args())
+    out = playbook_ok(serving_lab(lab), "deploy-397b.yml", *TLS_ARGS)
     return {"out": out, "tls_dir": os.path.join(lab.state_dir, "secrets", "api_tls")}
 
 
@@ -81,7 +80,7 @@ def test_plain_http_gets_no_answer_and_https_without_the_ca_is_refused(lab, depl
 
 
 def test_status_is_healthy_over_https_and_prints_the_same_call(lab, deployed):
-    rc, out = run_playbook(lab, "status.yml", *tls_args(), timeout=600)
+    rc, out = run_playbook(lab, "status.yml", *TLS_ARGS, timeout=600)
     assert rc == 0 and says_healthy(out), out[-4000:]
     assert CURL.search(out), out[-3000:]
 
@@ -176,7 +175,7 @@ def test_a_second_deploy_reuses_the_certificate_and_changes_nothing(lab, deploye
     before = dict((name, os.stat(os.path.join(deployed["tls_dir"], name)).st_mtime_ns) for name in os.listdir(deployed["tls_dir"]))
     prometheus_since = "systemctl show prometheus.service -p ActiveEnterTimestampMonotonic -p MainPID"
     started = lab.host(HEAD).check_output(prometheus_since)
-    out = playbook_ok(lab, "deploy.yml", *tls_args())
+    out = playbook_ok(lab, "deploy-397b.yml", *TLS_ARGS)
     assert all(counts["changed"] == 0 for counts in recap(out).values()), changed_tasks(out)
     assert before == dict((name, os.stat(os.path.join(deployed["tls_dir"], name)).st_mtime_ns) for name in before)
     assert lab.host(HEAD).check_output(prometheus_since) == started  # not restarted
