@@ -143,13 +143,15 @@ def _option(command, name):
 
 def engine(specs):
     """The engine container of a node's specs: {container, url (from the head itself), served_model_name}, or None (a
-    Ray worker; a headless rank of mp, which serves no API)."""
+    Ray worker; a headless rank of mp, which serves no API). The url is https when the engine serves TLS (its
+    --ssl-certfile): a release is put back as it served, whatever the inventory asks for now."""
     for spec in specs:
         if spec.get('role') == 'vllm_container' and '--headless' not in spec['command']:
             host = _option(spec['command'], '--host') or '0.0.0.0'
             host = '127.0.0.1' if host in ('0.0.0.0', '::', '') else host
             port = _option(spec['command'], '--port') or '8000'
-            return {'container': spec['name'], 'url': 'http://%s:%s' % (host, port),
+            scheme = 'https' if _option(spec['command'], '--ssl-certfile') else 'http'
+            return {'container': spec['name'], 'url': '%s://%s:%s' % (scheme, host, port),
                     'served_model_name': spec['labels'].get(SERVED_NAME_LABEL)}
     return None
 

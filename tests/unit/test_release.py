@@ -8,6 +8,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.dgxspark.cluster.plugins.filter.release import release_backend as release_backend_filter
+from ansible_collections.dgxspark.cluster.plugins.filter.release import release_engine as release_engine_filter
 from ansible_collections.dgxspark.cluster.plugins.filter.release import release_id as release_id_filter
 from ansible_collections.dgxspark.cluster.plugins.module_utils import release
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils.serving_status import build_serving_status
@@ -29,6 +30,8 @@ MP_WORKER_SPECS = [release.container_spec(r) for r in _inspect("docker_inspect_m
 HEAD_SPECS = [release.container_spec(r) for r in HEAD]
 WORKER_SPECS = [release.container_spec(r) for r in WORKER]
 VLLM, RAY = HEAD_SPECS
+# `docker inspect dgxspark-vllm` on the lab's head serving with dgxspark_api_tls=generated (--ssl-certfile/--ssl-keyfile).
+[VLLM_TLS] = [release.container_spec(r) for r in _inspect("docker_inspect_head_tls.json")]
 IMAGE = "sha256:8cbbb3349d8fd3f0f7d2988e64e67ed6f3e1a63a1db1c98ff69da13ca8457d3a"
 
 
@@ -150,6 +153,12 @@ def test_ray_comes_back_before_the_engine_and_the_engine_is_found():
     (["--port", "9000"], "http://127.0.0.1:9000"),
     (["--port=9001", "--host=::"], "http://127.0.0.1:9001"),
     (["--host", "10.0.0.5", "--port", "8080"], "http://10.0.0.5:8080"),
+    # TLS (dgxspark_api_tls): the engine serves https, and a rollback's readiness must ask it that way (it waited for an
+    # answer over http until its timeout)
+    (["--ssl-certfile", "/run/dgxspark/tls/api.crt", "--ssl-keyfile", "/run/secrets/dgxspark/api_tls_key"],
+     "https://127.0.0.1:8000"),
+    (["--port", "8443", "--ssl-certfile=/c.crt", "--ssl-keyfile=/k"], "https://127.0.0.1:8443"),
+    (["--ssl-keyfile", "/k"], "http://127.0.0.1:8000"),  # no certificate: vLLM serves plain HTTP
 ])
 def test_engine_url_from_the_options(options, url):
     spec = dict(VLLM, command=["serve", "/m"] + options)
@@ -392,3 +401,27 @@ def test_a_release_is_the_same_whatever_id_its_ray_container_got():
     renamed = [dict(record, Id="f" * 64) if record["Id"] == RAY_ID else record for record in HEAD]
     second = release.named_namespaces([dict(VLLM, pid_mode="container:" + "f" * 64)], renamed)
     assert release.spec_digest(first[0]) == release.spec_digest(second[0])
+
+
+@pytest.mark.parametrize("specs, url", [
+    (HEAD_SPECS, "http://127.0.0.1:8000"),
+    ([VLLM_TLS, RAY], "https://127.0.0.1:8000"),
+    (WORKER_SPECS, None),
+    (MP_WORKER_SPECS, None),
+])
+def test_release_engine_reads_the_scheme_from_the_containers_not_the_recorded_url(specs, url):
+    """A rollback to a release that served TLS waited for an answer over http until its timeout: the url the record kept
+    said http. The filter reads the engine's command, so a record written before says https too."""
+    record = release.make_release("a" * 12, specs, "T")
+    if record["engine"]:
+        record["engine"]["url"] = "http://127.0.0.1:8000"  # as records of earlier versions kept it
+    engine = release_engine_filter(record)
+    assert (engine or {}).get("url") == url
+    if url:
+        assert engine["served_model_name"] == "Qwen/Qwen3.5-397B-A17B-FP8" and engine["container"] == "dgxspark-vllm"
+
+
+@pytest.mark.parametrize("record", [None, {}, {"containers": "dgxspark-vllm"}])
+def test_release_engine_refuses_what_is_not_a_release_record(record):
+    with pytest.raises(AnsibleFilterError, match="release_engine: expects a release record with its list of containers"):
+        release_engine_filter(record)
