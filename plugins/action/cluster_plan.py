@@ -390,6 +390,9 @@ class ActionModule(ActionBase):
             plan['api'] = role_networks.api_endpoint(plan['head'], role_values.get(plan['head'], {}), plan['hf_repo'],
                                                      port_defaults(specs)[1]['vllm_container_port'], self._key_dir(hostvars, plan['head']))
             plan['api']['tls'], tls_problems = self._api_tls(hostvars, plan, task_vars, group)
+            if group is not None:
+                # A fleet's group plan names its group (the monitoring's `group` label); one group's plan stays as before.
+                plan['serving_group'] = group
             problems.extend(tls_problems)
             problems.extend(role_networks.prometheus_tls_problems(role_values, plan['head'], plan['api']['tls']))
         problems.extend(self._secrets_dir_problems(hostvars, plan_groups['head']))

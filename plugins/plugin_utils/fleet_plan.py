@@ -56,6 +56,11 @@ def serving_groups(declared, groups):
             problems.append('dgxspark_serving_groups names %s, which cannot be a serving group: give groups of your own '
                             '(e.g. fleet_a).' % name)
             continue
+        if name == 'fleet':
+            # the router's `group` label on Prometheus' series (monitoring_config.router_job): the whole fleet's
+            problems.append('dgxspark_serving_groups names fleet, which cannot be a serving group: `group="fleet"` labels '
+                            'the router\'s metrics, which are the whole fleet\'s; rename the group (e.g. fleet_a).')
+            continue
         hosts = list(groups.get(name) or [])
         if not hosts:
             problems.append('dgxspark_serving_groups names %s, but the inventory has no host in group %s: add the group '

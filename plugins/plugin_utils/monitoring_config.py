@@ -6,12 +6,16 @@ exporter, the engine's /metrics with the API key, each rank's Ray metrics) and e
 
 Pure logic, stdlib only. Prometheus reaches every target over rail 1 (the network the serving group itself uses,
 which the firewall opens between the nodes only); every target carries the node's inventory name as label `node`,
-which the alert rules and the dashboards use.
+which the alert rules and the dashboards use. In a fleet (issue 51: serving groups, each planned and monitored on its
+own) every target also carries its group's name as label `group` (the plan's serving_group), and the router's the
+label `group: fleet`; one group's plan has no serving_group, and its configuration no `group` label, as before.
 """
 
 from __future__ import annotations
 
 GIB = 2 ** 30
+# The router's `group` label (no serving group can take the name: fleet_plan.serving_groups refuses it).
+FLEET_GROUP_LABEL = 'fleet'
 
 
 class MonitoringConfigError(ValueError):
@@ -52,8 +56,13 @@ def _seconds(settings, key):
     return '%ds' % seconds
 
 
-def _job(name, targets, **extra):
-    job = {'job_name': name, 'static_configs': [{'targets': [target], 'labels': {'node': host}}
+def _labels(host, group):
+    """A target's labels: its node, and its group's name in a fleet (none: one group, labelled as before)."""
+    return {'node': host, 'group': group} if group else {'node': host}
+
+
+def _job(name, targets, group=None, **extra):
+    job = {'job_name': name, 'static_configs': [{'targets': [target], 'labels': _labels(host, group)}
                                                 for host, target in targets]}
     job.update(extra)
     return job
@@ -83,27 +92,33 @@ def router_job(router, addresses, api_key_file):
         if tls.get('ca_file'):
             config['ca_file'] = tls['ca_file']
         extra = {'scheme': 'https', 'tls_config': config}
-    # /metrics answers a redirect to /metrics/ (1.110.2); the key as the bearer token, as for the engine
+    # /metrics answers a redirect to /metrics/ (1.110.2); the key as the bearer token, as for the engine.
+    # Its series are the whole fleet's traffic (every model, every replica), not its node's group's: labelled with that
+    # group, a Grafana user who picks one group would see the other groups' requests counted in it. `group: fleet` keeps
+    # it out of every single group's view, in the view of all groups, and names it in a `by (group)` legend.
     return [_job('router', [(router['host'], '%s:%d' % (addresses[router['host']], int(router['port'])))],
-                 metrics_path='/metrics/', authorization={'type': 'Bearer', 'credentials_file': api_key_file}, **extra)]
+                 group=FLEET_GROUP_LABEL, metrics_path='/metrics/',
+                 authorization={'type': 'Bearer', 'credentials_file': api_key_file}, **extra)]
 
 
 def prometheus_config(plan, settings):
     """prometheus.yml as data. settings: scrape_interval_s, evaluation_interval_s, node_exporter_port, vllm_port,
     ray_metrics_port, scrape_ray (bool: Ray's metrics, when the plan's executor backend is Ray), api_key_file, rules_files
-    (list), cluster (the external label), router (the fleet's router, dgxspark_fleet.router; None or absent: none)."""
+    (list), cluster (the external label), router (the fleet's router, dgxspark_fleet.router; None or absent: none).
+    The plan's serving_group (a fleet's group plan only) labels the group's targets `group`."""
     nodes, addresses = _nodes(plan)
     head = plan['head']
+    group = plan.get('serving_group')
     node_port = _port(settings, 'node_exporter_port')
     jobs = [
-        _job('node', [(n['host'], '%s:%d' % (addresses[n['host']], node_port)) for n in nodes]),
-        _job('vllm', [(head, '%s:%d' % (addresses[head], _port(settings, 'vllm_port')))],
+        _job('node', [(n['host'], '%s:%d' % (addresses[n['host']], node_port)) for n in nodes], group),
+        _job('vllm', [(head, '%s:%d' % (addresses[head], _port(settings, 'vllm_port')))], group,
              authorization={'type': 'Bearer', 'credentials_file': settings['api_key_file']}, **engine_tls(plan)),
     ]
     ray_nodes = [n['host'] for n in nodes if 'ray' in n['runs']]  # none with vLLM's own multi-node backend (mp)
     if settings.get('scrape_ray') and ray_nodes:
         ray_port = _port(settings, 'ray_metrics_port')
-        jobs.append(_job('ray', [(host, '%s:%d' % (addresses[host], ray_port)) for host in ray_nodes]))
+        jobs.append(_job('ray', [(host, '%s:%d' % (addresses[host], ray_port)) for host in ray_nodes], group))
     jobs += router_job(settings.get('router'), addresses, settings['api_key_file'])
     return {
         'global': {'scrape_interval': _seconds(settings, 'scrape_interval_s'),

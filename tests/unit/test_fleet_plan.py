@@ -48,11 +48,14 @@ def test_each_serving_group_is_an_ansible_group_whose_first_host_is_its_head():
                                      'add the group (its first host is its head) or remove it from the list (groups: fleet_a, fleet_b).'),
     (['fleet_a', 'fleet_a'], GROUPS, 'dgxspark_serving_groups names fleet_a twice: name each serving group once.'),
     (['fleet_a', 'workers'], dict(GROUPS, workers=['s9']), 'dgxspark_serving_groups names workers, which cannot be a serving group'),
+    # the router's group label in Prometheus (monitoring_config.router_job)
+    (['fleet_a', 'fleet'], dict(GROUPS, fleet=['s9']), 'dgxspark_serving_groups names fleet, which cannot be a serving group: '
+                                                       '`group="fleet"` labels the router\'s metrics'),
     (['fleet_a', 'fleet_b'], dict(GROUPS, head=['s1']), 'dgxspark_serving_groups is set, but the inventory has hosts in group head too'),
     # one node in two groups
     (['fleet_a', 'fleet_b'], dict(GROUPS, fleet_b=['s4', 's5', 's6', 's7']),
      'Host s4 is in serving groups fleet_a and fleet_b: a node serves in one group only'),
-], ids=['not-a-list', 'empty', 'unknown-group', 'named-twice', 'reserved-name', 'classic-groups-too', 'node-in-two-groups'])
+], ids=['not-a-list', 'empty', 'unknown-group', 'named-twice', 'reserved-name', 'router-label-name', 'classic-groups-too', 'node-in-two-groups'])
 def test_a_wrong_serving_group_list_is_refused_naming_it(declared, groups, expected):
     problems = fleet_plan.serving_groups(declared, groups)[1]
     assert any(expected in p for p in problems), problems

@@ -34,11 +34,13 @@ def test_the_8node_inventory_plans_each_group_and_gives_each_host_its_groups_pla
     result = run(os.path.join('tests', 'unit', 'fixtures', 'plans', 'dump_plan.yml'), EIGHT, '-e', 'golden_plan_dump=%s' % dump)
     assert result.returncode == 0, result.stdout + result.stderr
     got = json.loads(dump.read_text(encoding='utf-8'))
-    for hosts, profile, head in ((GROUP_397B, 'qwen3_5_397b_a17b_int4_autoround', 'spark-01'),
-                                 (GROUP_VL, 'qwen3_vl_235b_a22b_awq', 'spark-05')):
+    for name, hosts, profile, head in (('fleet_397b', GROUP_397B, 'qwen3_5_397b_a17b_int4_autoround', 'spark-01'),
+                                       ('fleet_vl', GROUP_VL, 'qwen3_vl_235b_a22b_awq', 'spark-05')):
         for host in hosts:
             plan = got['hosts'][host]
             assert (plan['model_profile'], plan['head'], [n['host'] for n in plan['nodes']]) == (profile, head, hosts)
+            # the group's name, which its Prometheus labels every target with (`group`)
+            assert plan['serving_group'] == name
             # Its Ray node joins its own group's head, at the head's rail-1 address.
             head_rail1 = plan['nodes'][0]['rail_addresses']['rail1']
             argv = plan['containers'][host]['ray']['argv']

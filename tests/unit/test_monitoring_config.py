@@ -1,6 +1,7 @@
 """The monitoring role's configurations from the cluster plan (plugins/plugin_utils/monitoring_config.py), over a plan
-the collection's cluster_plan module made for a 4-node inventory (tests/unit/fixtures); the Prometheus configuration
-is also checked by Prometheus' own promtool where tools/promtool.sh unpacked it."""
+the collection's cluster_plan module made for a 4-node inventory (tests/unit/fixtures), the shipped inventories' recorded
+plans (one group: prometheus.yml byte for byte as before) and a fleet's group plans (the `group` label); the Prometheus
+configuration is also checked by Prometheus' own promtool where tools/promtool.sh unpacked it."""
 import copy
 import json
 import os
@@ -8,7 +9,10 @@ import subprocess
 
 import pytest
 import yaml
+from ansible.plugins.filter.core import to_nice_yaml
 
+from ansible_collections.dgxspark.cluster.plugins.action.cluster_plan import load_profiles
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils import cluster_plan as cp
 from ansible_collections.dgxspark.cluster.plugins.plugin_utils.monitoring_config import (
     MonitoringConfigError, node_metrics_config, prometheus_config)
 
@@ -159,3 +163,112 @@ def test_node_metrics_settings(host, plan, settings, containers, report, floor_b
 def test_bad_node_metrics_settings_are_refused(host, settings, message):
     with pytest.raises(MonitoringConfigError, match=message):
         node_metrics_config(host, PLAN, settings)
+
+
+# ---------------------------------------------------------------- one group: prometheus.yml as before (issue 51)
+
+PLANS = os.path.join(HERE, "fixtures", "plans")
+RECORDED = os.path.join(HERE, "fixtures", "monitoring")
+# The settings as roles/monitoring passes them with one group: no dgxspark_fleet, so no router.
+ONE_GROUP = dict(SCRAPE, cluster="dgxspark", router=None)
+API_TLS_ON = {"enabled": True, "server_name": "spark-alpha", "ca_file": "/etc/dgxspark/tls/api-ca.crt"}
+
+
+def recorded_plan(case):
+    with open(os.path.join(PLANS, case + ".json"), encoding="utf-8") as handle:
+        return json.load(handle)["plan"]
+
+
+# (case, the plan) for every shipped inventory's recorded plan (test_plan_golden.py keeps them as the inventories plan
+# today), the mp backend's and one with the API's TLS.
+ONE_GROUP_CASES = [(name[:-len(".json")], lambda name=name: recorded_plan(name[:-len(".json")]))
+                   for name in sorted(os.listdir(PLANS)) if name.endswith(".json")] + [
+    ("4node_mp", lambda: copy.deepcopy(MP_PLAN)),
+    ("4node_api_tls", lambda: dict(recorded_plan("4node"), api=dict(recorded_plan("4node")["api"], tls=API_TLS_ON))),
+]
+
+
+@pytest.mark.parametrize("case, plan", ONE_GROUP_CASES, ids=[c[0] for c in ONE_GROUP_CASES])
+def test_one_group_renders_prometheus_yml_byte_for_byte_as_before(case, plan):
+    """What the role writes (to_nice_yaml(indent=2)), against the file recorded before fleets had a `group` label
+    (fixtures/monitoring/<case>.prometheus.yml, recorded from main at e364222): a changed byte would restart every
+    existing user's Prometheus on upgrade. Record again only for an intended change, said in its commit:
+    MONITORING_GOLDEN_RECORD=1 .venv/bin/python -m pytest -p no:cacheprovider tests/unit/test_monitoring_config.py"""
+    plan = plan()
+    assert "serving_group" not in plan
+    rendered = to_nice_yaml(prometheus_config(plan, ONE_GROUP), indent=2)
+    path = os.path.join(RECORDED, case + ".prometheus.yml")
+    if os.environ.get("MONITORING_GOLDEN_RECORD") == "1":
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(rendered)
+    with open(path, encoding="utf-8") as handle:
+        assert rendered == handle.read()
+    assert "group" not in rendered
+
+
+# ---------------------------------------------------------------- a fleet: every target of a group carries its name
+
+PROFILES = load_profiles([os.path.join(HERE, "..", "..", "profiles", "models")])[0]
+INT4 = {"dgxspark_model_profile": "qwen3_5_397b_a17b_int4_autoround", "dgxspark_tensor_parallel_size": 4,
+        "dgxspark_gpu_memory_utilization": 0.78}
+VL = {"dgxspark_model_profile": "qwen3_vl_235b_a22b_awq", "dgxspark_tensor_parallel_size": 2,
+      "dgxspark_gpu_memory_utilization": 0.75, "dgxspark_max_model_len": 32768, "dgxspark_kv_cache_dtype": "fp8"}
+FLEET_A = ["s1", "s2", "s3", "s4"]
+FLEET_B = ["s5", "s6"]
+
+
+def group_plan(name, hosts, values, address_base):
+    """A fleet's group plan as plugins/action/cluster_plan.py makes it: build_plan over the group's hosts (its rail
+    addresses after the groups before), named by serving_group (the action's, which test_fleet_plan_playbook.py checks
+    on inventories/8node)."""
+    plan = cp.build_plan({"head": hosts[:1], "workers": hosts[1:]}, dict((h, dict(values)) for h in hosts), PROFILES,
+                         address_base=address_base, hosts_where="group %s" % name)
+    return dict(plan, serving_group=name)
+
+
+def labelled(config):
+    """{job: [(labels, target)]} of a configuration."""
+    return dict((job["job_name"], [(group["labels"], target) for group in job["static_configs"] for target in group["targets"]])
+                for job in config["scrape_configs"])
+
+
+def at(hosts, first, port, group):
+    return [({"node": host, "group": group}, "192.168.100.%d:%d" % (first + n, port)) for n, host in enumerate(hosts)]
+
+
+ROUTER_ON_S1 = {"host": "s1", "port": 4000, "tls": ROUTER_TLS_OFF}
+FLEET_CASES = [
+    # (id, the group's plan, the router, {job: [(labels, target)]})
+    ("fleet_a", lambda: group_plan("fleet_a", FLEET_A, INT4, 0), None,
+     {"node": at(FLEET_A, 10, 9100, "fleet_a"), "vllm": at(FLEET_A[:1], 10, 8000, "fleet_a"),
+      "ray": at(FLEET_A, 10, 6384, "fleet_a")}),
+    ("fleet_b", lambda: group_plan("fleet_b", FLEET_B, VL, 4), None,
+     {"node": at(FLEET_B, 14, 9100, "fleet_b"), "vllm": at(FLEET_B[:1], 14, 8000, "fleet_b"),
+      "ray": at(FLEET_B, 14, 6384, "fleet_b")}),
+    ("fleet_b-mp", lambda: group_plan("fleet_b", FLEET_B, dict(VL, dgxspark_executor_backend="mp"), 4), None,
+     {"node": at(FLEET_B, 14, 9100, "fleet_b"), "vllm": at(FLEET_B[:1], 14, 8000, "fleet_b")}),
+    # the router serves every group's model: `group: fleet`, not its node's group (monitoring_config.router_job)
+    ("fleet_a-router", lambda: group_plan("fleet_a", FLEET_A, INT4, 0), ROUTER_ON_S1,
+     {"node": at(FLEET_A, 10, 9100, "fleet_a"), "vllm": at(FLEET_A[:1], 10, 8000, "fleet_a"),
+      "ray": at(FLEET_A, 10, 6384, "fleet_a"), "router": at(["s1"], 10, 4000, "fleet")}),
+    # the router runs on fleet_a's node: fleet_b's Prometheus does not scrape it
+    ("fleet_b-router-elsewhere", lambda: group_plan("fleet_b", FLEET_B, VL, 4), ROUTER_ON_S1,
+     {"node": at(FLEET_B, 14, 9100, "fleet_b"), "vllm": at(FLEET_B[:1], 14, 8000, "fleet_b"),
+      "ray": at(FLEET_B, 14, 6384, "fleet_b")}),
+]
+
+
+@pytest.mark.parametrize("plan, router, expected", [c[1:] for c in FLEET_CASES], ids=[c[0] for c in FLEET_CASES])
+def test_a_fleets_group_labels_every_target_with_its_group_and_the_router_with_fleet(plan, router, expected):
+    assert labelled(prometheus_config(plan(), dict(SCRAPE, router=router))) == expected
+
+
+@pytest.mark.skipif(not os.path.exists(PROMTOOL), reason="tools/promtool.sh unpacks promtool (make test runs it first)")
+def test_promtool_accepts_a_fleet_groups_configuration(tmp_path):
+    key = tmp_path / "key"
+    key.write_text("sk-test")
+    config = prometheus_config(group_plan("fleet_a", FLEET_A, INT4, 0), dict(SCRAPE, api_key_file=str(key), router=ROUTER_ON_S1))
+    path = tmp_path / "prometheus.yml"
+    path.write_text(to_nice_yaml(dict(config, rule_files=[]), indent=2))
+    proc = subprocess.run([PROMTOOL, "check", "config", str(path)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

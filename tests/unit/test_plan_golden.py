@@ -110,7 +110,7 @@ def test_a_one_group_inventory_plans_byte_for_byte_as_recorded(case, inventory, 
     assert plan_json(dump['plan'], inventory, dump['lab_state']) == plan
     assert table_text(dump['table'], inventory, dump['lab_state']) == table
     # Every host of the inventory (and the controller) gets that plan, and no fleet view: one group is no fleet.
-    assert dump['fleet'] is None and 'fleet' not in dump['plan']
+    assert dump['fleet'] is None and 'fleet' not in dump['plan'] and 'serving_group' not in dump['plan']
     assert sorted(dump['hosts']) == sorted(node['host'] for node in dump['plan']['nodes'])
     for host, host_plan in dump['hosts'].items():
         assert plan_json(host_plan, inventory, dump['lab_state']) == plan, host
