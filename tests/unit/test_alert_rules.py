@@ -45,3 +45,18 @@ def test_every_rule_says_how_bad_and_what_happened():
 def test_every_gauge_of_ours_that_a_rule_reads_is_written_by_the_node_metrics_script():
     read = set(name for rule in rules() for name in re.findall(r"\bdgxspark_[a-z_]+\b", rule["expr"]))
     assert read and read <= set(metrics.HELP), read - set(metrics.HELP)
+
+
+GROUP_IN_SUMMARY = "{{ $labels.node }}{{ with $labels.group }} (group {{ . }}){{ end }}"
+
+
+def test_every_alert_keeps_a_fleets_group_label_and_names_it_after_the_node():
+    """A fleet's targets carry `group` (issue 51): an aggregation that kept only `node` would drop it from the alert, and
+    a summary that names the node names its group after it (nothing without the label: one group reads as before)."""
+    for rule in rules():
+        for kept in re.findall(r"\b(?:sum|max|min|avg|count) by \(([^)]*)\)", rule["expr"]):
+            labels = [label.strip() for label in kept.split(",")]
+            assert "node" not in labels or "group" in labels, (rule["alert"], kept)
+        summary = rule["annotations"]["summary"]
+        assert "$labels.node" in summary, rule["alert"]
+        assert summary.count("$labels.node") == summary.count(GROUP_IN_SUMMARY), (rule["alert"], summary)
