@@ -127,6 +127,12 @@ plan:
     variables:
       description: The resolved cluster-wide inventory variables.
       type: dict
+    serving_group:
+      description: The serving group's name (C(dgxspark_serving_groups)), in a fleet's group plans only; the monitoring labels
+        the group's targets with it (C(group)). A one-group plan has no such key.
+      returned: with serving groups
+      type: str
+      sample: fleet_a
 table:
   description: The plan as text lines (node table and summary).
   returned: success
