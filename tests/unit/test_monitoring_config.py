@@ -190,14 +190,14 @@ ONE_GROUP_CASES = [(name[:-len(".json")], lambda name=name: recorded_plan(name[:
 
 @pytest.mark.parametrize("case, plan", ONE_GROUP_CASES, ids=[c[0] for c in ONE_GROUP_CASES])
 def test_one_group_renders_prometheus_yml_byte_for_byte_as_before(case, plan):
-    """What the role writes (to_nice_yaml(indent=2)), against the file recorded before fleets had a `group` label
-    (fixtures/monitoring/<case>.prometheus.yml, recorded from main at e364222): a changed byte would restart every
+    """What the role writes (to_nice_yaml(indent=2)), against the text recorded before fleets had a `group` label
+    (fixtures/monitoring/<case>.prometheus.txt, recorded from main at e364222): a changed byte would restart every
     existing user's Prometheus on upgrade. Record again only for an intended change, said in its commit:
     MONITORING_GOLDEN_RECORD=1 .venv/bin/python -m pytest -p no:cacheprovider tests/unit/test_monitoring_config.py"""
     plan = plan()
     assert "serving_group" not in plan
     rendered = to_nice_yaml(prometheus_config(plan, ONE_GROUP), indent=2)
-    path = os.path.join(RECORDED, case + ".prometheus.yml")
+    path = os.path.join(RECORDED, case + ".prometheus.txt")
     if os.environ.get("MONITORING_GOLDEN_RECORD") == "1":
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(rendered)
