@@ -62,9 +62,14 @@ def api_url(lab, path="", node=None, port=API_PORT):
     return "%s://%s:%d%s" % ("https" if api_tls_on() else "http", lab.mgmt_ip[node or lab.nodes[0]], port, path)
 
 
+def generated_ca_file(lab):
+    """The cluster CA that dgxspark_api_tls=generated makes in the lab's secrets directory."""
+    return os.path.join(lab.state_dir, "secrets", "api_tls", "ca.crt")
+
+
 def api_ca_file(lab):
-    """The cluster CA that dgxspark_api_tls=generated makes in the lab's secrets directory (None when TLS is off)."""
-    return os.path.join(lab.state_dir, "secrets", "api_tls", "ca.crt") if api_tls_on() else None
+    """The CA that verifies the API with the lab's TLS (None when TLS is off)."""
+    return generated_ca_file(lab) if api_tls_on() else None
 
 
 def api_open(lab, request, timeout):

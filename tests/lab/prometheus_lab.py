@@ -14,7 +14,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from ansible_lab import HEAD, api_tls_on
+from ansible_lab import HEAD, api_tls_on, generated_ca_file
 
 USER = "dgxspark"
 PORT = 9090
@@ -32,7 +32,7 @@ def password(lab):
 
 def ca_file(lab):
     """The generated cluster CA (dgxspark_api_tls: generated), which verifies Prometheus' certificate too."""
-    return os.path.join(lab.state_dir, "secrets", "api_tls", "ca.crt")
+    return generated_ca_file(lab)
 
 
 def base_url(lab, tls=None):
