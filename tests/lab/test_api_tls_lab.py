@@ -30,7 +30,8 @@ import pytest
 import yaml
 
 import prometheus_lab
-from ansible_lab import REPO, VLLM, changed_tasks, playbook_ok, recap, run_playbook, says_healthy, serving_lab
+from ansible_lab import (REPO, VLLM, changed_tasks, generated_ca_file, playbook_ok, recap, run_playbook, says_healthy,
+                         serving_lab)
 
 pytestmark = pytest.mark.lab
 
@@ -46,7 +47,7 @@ TLS_ARGS = ("-e", "dgxspark_api_tls=generated")
 @pytest.fixture(scope="module")
 def deployed(lab):
     out = playbook_ok(serving_lab(lab), "deploy-397b.yml", *TLS_ARGS)
-    return {"out": out, "tls_dir": os.path.join(lab.state_dir, "secrets", "api_tls")}
+    return {"out": out, "tls_dir": os.path.dirname(generated_ca_file(lab))}
 
 
 def key_body(deployed):
