@@ -5,6 +5,7 @@ lab's build runs beside the checks, so the parts add up to more than the run too
 with the first line of its error (the pytest runs' JUnit files), where CI's excerpt of the output still shows them."""
 import glob
 import os
+import re
 import sys
 import time
 import xml.etree.ElementTree as ElementTree
@@ -122,8 +123,52 @@ MAX_FAILURES = 8
 MAX_FAILURE_LINE = 400
 
 
+# A playbook's failure in the YAML result format: "fatal: [host]: FAILED! =>" (or "UNREACHABLE!", or "failed: [host]
+# (item=...) =>"), then the result's keys indented alike, each value going on over the lines indented deeper.
+ANSIBLE_FAILURE = re.compile(r"^( *)(?:fatal|failed): \[([^\]]+)\]")
+
+
+def result_keys(lines, base):
+    """{key: its value on one line} of a YAML result's lines, indented more than base (the first line sets the keys')."""
+    keys, key, indent = {}, None, None
+    for line in lines:
+        if not line.strip():
+            continue
+        depth = len(line) - len(line.lstrip(" "))
+        if indent is None:
+            indent = depth
+        if depth < indent or depth <= base:
+            break
+        if depth == indent and ":" in line:
+            key, value = line.strip().split(":", 1)
+            keys[key] = value.strip().strip("|-'\"")
+        elif key is not None:
+            keys[key] = (keys[key] + " " + line.strip()).strip()
+    return dict((k, v.strip("'\"")) for k, v in keys.items())
+
+
+def ansible_failure(message):
+    """'TASK [name] on host: msg (stderr: ...)' for the last task that failed in a playbook's output within message, or
+    None when there is none: a lab test's assertion message ends with the playbook's output, whose first line tells
+    nothing."""
+    # (pytest's JUnit message indents the lines after the first of an assertion's message by two spaces)
+    lines = message.splitlines()
+    failures = [n for n, line in enumerate(lines) if ANSIBLE_FAILURE.match(line)]
+    if not failures:
+        return None
+    at = failures[-1]
+    failure = ANSIBLE_FAILURE.match(lines[at])
+    task = next((line[line.index("[") + 1:line.rindex("]")] for line in reversed(lines[:at]) if line.lstrip().startswith("TASK [")), "?")
+    keys = result_keys(lines[at + 1:], len(failure.group(1)))
+    text = keys.get("msg") or lines[at].split("=>", 1)[-1].strip() or "failed"
+    if keys.get("stderr"):
+        text += " (stderr: %s)" % keys["stderr"]
+    return "TASK [%s] on %s: %s" % (task, failure.group(2), text)
+
+
 def failed_tests(junit_text):
-    """(test id, first line of its error) for each test of a pytest JUnit file that failed or erred."""
+    """(test id, what went wrong) for each test of a pytest JUnit file that failed or erred: the playbook task that
+    failed and its message when the error holds a playbook's output, else the error's first line."""
     found = []
     for case in ElementTree.fromstring(junit_text).iter("testcase"):
         for outcome in ("failure", "error"):
@@ -133,7 +178,7 @@ def failed_tests(junit_text):
             message = (element.get("message") or element.text or "").strip()
             test_id = "%s::%s" % (case.get("classname", "?").rsplit(".", 1)[-1], case.get("name", "?"))
             found.append(("%s%s" % (test_id, " (error)" if outcome == "error" else ""),
-                          message.splitlines()[0] if message else "(no message)"))
+                          (ansible_failure(message) or message.splitlines()[0]) if message else "(no message)"))
     return found
 
 

@@ -167,3 +167,47 @@ def test_the_table_ends_with_the_tests_that_failed(tmp_path, capsys, cases, expe
         assert line + '\n' in out or line + ' (' in out
     assert ('failed' in out) == bool(cases)
     assert 'test_8' not in out and out.count('AssertionError') == min(cases, durations.MAX_FAILURES)
+
+
+FAILURES = os.path.join(os.path.dirname(__file__), 'fixtures', 'ansible_failures')
+
+
+def failure_output(name):
+    with open(os.path.join(FAILURES, name + '.txt'), encoding='utf-8') as handle:
+        return handle.read()
+
+
+# Real ansible-playbook output (ansible.cfg's default callback, YAML results), as a lab test's assertion message holds it:
+# "AssertionError: " and the output's last characters, cut anywhere in a line.
+@pytest.mark.parametrize('name, expected', [
+    ('fail_module', 'TASK [Stop when the head lacks room] on localhost: spark-beta lacks room for the model: 812 GB free, '
+                    '900 GB needed (distribute_reserve_bytes keeps 50 GB); nothing was changed on any node. ' + 'x' * 150),
+    ('command_rc', 'TASK [Run a command that fails] on localhost: non-zero return code (stderr: err)'),
+    ('loop_item', 'TASK [Loop over items] on localhost: item a is bad'),
+], ids=['fail-module-msg-over-two-lines', 'command-rc-with-stderr', 'loop-item'])
+def test_the_failed_task_of_a_playbook_s_output(name, expected):
+    output = failure_output(name)
+    assert durations.ansible_failure('AssertionError: ' + output[output.index('PLAY [') + 9:]) == expected
+
+
+@pytest.mark.parametrize('message', [
+    'AssertionError: stall_timeout 25 s\nLast progress: 1/4',
+    'AssertionError: ok: [spark-alpha]\nchanged: [spark-beta]',
+    '',
+], ids=['no-playbook', 'playbook-that-did-not-fail', 'empty'])
+def test_no_failed_task_without_a_failure_line(message):
+    assert durations.ansible_failure(message) is None
+
+
+def test_a_failed_lab_test_is_summed_up_by_the_task_that_failed(tmp_path):
+    # The assertion message's first line is a piece of the playbook's output (as in CI's excerpt of stop 65's run):
+    # the summary names the task and its error instead.
+    output = failure_output('command_rc')
+    (tmp_path / 'test_outcomes.py').write_text(
+        'def test_deploy():\n    out = %r\n    assert False, out[40:]\n' % output, encoding='utf-8')
+    junit = tmp_path / 'junit-lab.xml'
+    subprocess.run([sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', '--junitxml', str(junit),
+                    '--rootdir', str(tmp_path), '-c', os.devnull, str(tmp_path / 'test_outcomes.py')],
+                   cwd=tmp_path, capture_output=True, check=False)
+    assert durations.failed_tests(junit.read_text(encoding='utf-8')) == [
+        ('test_outcomes::test_deploy', 'TASK [Run a command that fails] on localhost: non-zero return code (stderr: err)')]
