@@ -214,10 +214,10 @@ def lab_inventory_env(lab):
             "DGXSPARK_LAB_PATCHES": os.path.join(REPO, "lab", "serving", "patches")}
 
 
-def fleet_inventory(lab, directory, groups, **values):
+def fleet_inventory(lab, directory, groups, group_values=None, **values):
     """A fleet inventory of the lab (issue 51) in DIRECTORY: GROUPS ({group: [nodes], head first}, in order) as serving
-    groups, with the live inventory's variables (group_vars/all) and VALUES over them; run it with
-    env=lab_inventory_env(lab). Returns DIRECTORY."""
+    groups, with the live inventory's variables (group_vars/all) and VALUES over them, and GROUP_VALUES ({group: its
+    variables}) in group_vars/<group>.yml; run it with env=lab_inventory_env(lab). Returns DIRECTORY."""
     live = inventory(lab)
     with open(os.path.join(live, "hosts.yml"), encoding="utf-8") as handle:
         children = yaml.safe_load(handle)["all"]["children"]
@@ -233,7 +233,24 @@ def fleet_inventory(lab, directory, groups, **values):
     lab_vars.update(values, dgxspark_serving_groups=list(groups), dgxspark_lab_state_dir=os.path.realpath(lab.state_dir))
     with open(os.path.join(directory, "group_vars", "all.yml"), "w", encoding="utf-8") as handle:
         yaml.safe_dump(lab_vars, handle, sort_keys=False, width=200)
+    for name in groups:
+        path = os.path.join(directory, "group_vars", name + ".yml")
+        if (group_values or {}).get(name):
+            with open(path, "w", encoding="utf-8") as handle:
+                yaml.safe_dump(group_values[name], handle, sort_keys=False, width=200)
+        elif os.path.exists(path):
+            os.remove(path)
     return directory
+
+
+def fleet_plan(source, env):
+    """The plan action's result for a fleet inventory, on the controller alone (it contacts no node): group_plans
+    ({group: its plan}) and fleet (its router among it)."""
+    run_env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+                   ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="ansible.posix.json", **env)
+    cmd = [os.path.join(REPO, ".venv", "bin", "ansible"), "localhost", "-i", source, "-m", "dgxspark.cluster.cluster_plan"] + tls_args()
+    result = subprocess.run(cmd, cwd=REPO, env=run_env, capture_output=True, text=True, timeout=300, check=True)
+    return json.loads(result.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
 
 
 def init_draft(lab, workdir, *extra):

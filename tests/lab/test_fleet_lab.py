@@ -1,26 +1,32 @@
-"""A fleet on the 4-node lab (issue 51 items 1 and 4): two serving groups of two nodes, each serving the lab model with
-TP=2 (two replicas of one model), deployed by one `deploy.yml` run from one inventory (tests' fleet_inventory: the lab's
-variables, spark-alpha+spark-beta as fleet_a and spark-gamma+spark-delta as fleet_b; the router, item 2, left out).
+"""A fleet on the 4-node lab (issue 51 items 1, 2, 4 and 5): two serving groups of two nodes, each serving the lab model
+with TP=2, behind the fleet's router (LiteLLM's proxy on spark-alpha, the first group's head), deployed by one
+`deploy.yml` run from one inventory (tests' fleet_inventory: the lab's variables, spark-alpha+spark-beta as fleet_a and
+spark-gamma+spark-delta as fleet_b).
 
-Checks: each group's head serves its own group (Ray of two nodes each, its own engine) and answers a chat; status.yml
-shows the fleet and each group; `stop.yml -e dgxspark_serving_group=fleet_b` stops that group only (its supervisor
-paused) while fleet_a still answers; then a one-group deploy of the 4 nodes (the lab's own inventory, deploy-397b.yml)
-serves again, and spark-gamma, fleet_b's head before, is a worker with no supervisor left that could restart its old
-group. One fleet deploy for the module; it leaves the users' default layout serving, for the next serving module.
+Checks: each group's head serves its own group (Ray of two nodes each, its own engine) and answers a chat; as two
+replicas of one model, the router lists the model once and both groups answer requests sent to it; status.yml shows the
+fleet and each group; as two served models (fleet_b's served name changed in its group_vars: a deploy restarts fleet_b's
+engine alone and swaps the router), the router lists both and each model is answered by its own group; `stop.yml -e
+dgxspark_serving_group=fleet_b` stops that group only (its supervisor paused) while fleet_a still answers, directly and
+through the router; then a one-group deploy of the 4 nodes (the lab's own inventory, deploy-397b.yml) serves again, and
+spark-gamma, fleet_b's head before, is a worker with no supervisor left that could restart its old group. One fleet
+deploy for the module; it leaves the users' default layout serving, for the next serving module.
 
     DGXSPARK_LAB_INSTANCE=2 python3 lab/labctl.py up --serving && \\
       DGXSPARK_LAB_INSTANCE=2 .venv/bin/python -m pytest -m lab tests/lab/test_fleet_lab.py
 """
 
 import json
-import os
 import re
-import subprocess
+import ssl
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from ansible_lab import (REPO, RAY, VLLM, containers, fleet_inventory, lab_inventory_env, node_container, run_playbook,
-                         says_healthy, serving_lab, tls_args)
+from ansible_lab import (RAY, VLLM, containers, fleet_inventory, fleet_plan, lab_inventory_env, node_container, run_playbook,
+                         says_healthy, serving_lab)
 from prober import Prober
 
 pytestmark = pytest.mark.lab
@@ -35,28 +41,83 @@ FLEET_VALUES = {
                                 "enforce_eager": False, "quantization": None, "attention_backend": None,
                                 "limit_mm_per_prompt": None},
 }
+# fleet_b's served name when the fleet serves two models
+SECOND_NAME = "lab/second-model"
 SUPERVISOR_UNIT = "/etc/systemd/system/dgxspark-supervisor.service"
 SUPERVISOR_PROGRAM = "/usr/local/lib/dgxspark/supervisor/dgxspark_supervisor.py"
 SUPERVISOR_PAUSED = "/var/lib/dgxspark/supervisor/paused"
 
 
-def fleet_plans(source, env):
-    """{group: its plan}: the plan action alone on the controller (it contacts no node)."""
-    run_env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-                   ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="ansible.posix.json", **env)
-    cmd = [os.path.join(REPO, ".venv", "bin", "ansible"), "localhost", "-i", source, "-m", "dgxspark.cluster.cluster_plan"] + tls_args()
-    result = subprocess.run(cmd, cwd=REPO, env=run_env, capture_output=True, text=True, timeout=300, check=True)
-    return json.loads(result.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]["group_plans"]
-
-
 def prober(lab, plan):
     """A client of one group's head API (its own address, the plan's key and served name)."""
+    return Prober(engine_url(lab, plan, "/v1/chat/completions"), api_key(plan), plan["api"]["served_model_name"],
+                  cafile=plan["api"]["tls"]["controller"]["ca_file"])
+
+
+def api_key(plan):
     with open(plan["api"]["api_key_file"], encoding="utf-8") as handle:
-        key = handle.read().strip()
+        return handle.read().strip()
+
+
+def call(url, plan, key=True, body=None):
+    """(status, parsed JSON or text) of a request from the controller, with the fleet's key unless key is false; https
+    verified with the plan's cluster CA."""
     tls = plan["api"]["tls"]
-    return Prober("%s://%s:%d/v1/chat/completions" % ("https" if tls["enabled"] else "http", lab.mgmt_ip[plan["head"]],
-                                                     plan["api"]["port"]), key, plan["api"]["served_model_name"],
-                  cafile=tls["controller"]["ca_file"])
+    context = ssl.create_default_context(cafile=tls["controller"]["ca_file"]) if url.startswith("https:") else None
+    headers = dict([("Content-Type", "application/json")] + ([("Authorization", "Bearer " + api_key(plan))] if key else []))
+    request = urllib.request.Request(url, data=json.dumps(body).encode() if body is not None else None, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=300, context=context) as response:
+            text = response.read().decode()
+            return response.status, (json.loads(text) if text.startswith("{") else text)
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def engine_url(lab, plan, path):
+    return "%s://%s:%d%s" % ("https" if plan["api"]["tls"]["enabled"] else "http", lab.mgmt_ip[plan["head"]],
+                             plan["api"]["port"], path)
+
+
+# The test's requests ask for a max_tokens that nothing else sends (the supervisor's and the status' probes ask for 1,
+# the speed gate for more than 10): an engine counts them in vLLM's histogram of max_tokens, between its buckets 5 and 10.
+MAX_TOKENS = 7
+
+
+def requests_served(lab, plan):
+    """How many of the test's requests (max_tokens MAX_TOKENS) the group's engine finished."""
+    status, text = call(engine_url(lab, plan, "/metrics"), plan)
+    assert status == 200, text
+    buckets = {}
+    for line in text.splitlines():
+        found = re.match(r'vllm:request_params_max_tokens_bucket\{.*le="([0-9.]+)".*\} ([0-9.e+]+)$', line)
+        if found:
+            buckets[float(found.group(1))] = buckets.get(float(found.group(1)), 0.0) + float(found.group(2))
+    return buckets[10.0] - buckets[5.0]
+
+
+def chat(router, plan, model):
+    return call(router["url"] + "/chat/completions", plan,
+                body={"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": MAX_TOKENS})
+
+
+def served_through_the_router(lab, fleet, model, count, streams):
+    """{group: requests its engine finished} while COUNT chats for MODEL go through the router, STREAMS at a time;
+    every one must be answered."""
+    plans, router = fleet["plans"], fleet["router"]
+    before = dict((name, requests_served(lab, plan)) for name, plan in plans.items())
+    with ThreadPoolExecutor(streams) as pool:
+        answers = list(pool.map(lambda _n: chat(router, plans["fleet_a"], model), range(count)))
+    assert all(status == 200 for status, _body in answers), answers
+    return dict((name, requests_served(lab, plan) - before[name]) for name, plan in plans.items())
+
+
+def deploy_fleet(lab, source, env):
+    rc, out = run_playbook(lab, "deploy.yml", source=source, env=env)
+    assert rc == 0, out[-8000:]
+    planned = fleet_plan(source, env)
+    return {"source": source, "env": env, "output": out, "plans": planned["group_plans"],
+            "router": planned["fleet"]["router"], "containers": containers(lab)}
 
 
 def running(lab, node, container):
@@ -66,11 +127,8 @@ def running(lab, node, container):
 @pytest.fixture(scope="module")
 def fleet(lab, tmp_path_factory):
     serving_lab(lab)
-    source = fleet_inventory(lab, str(tmp_path_factory.mktemp("fleet")), GROUPS, **FLEET_VALUES)
-    env = lab_inventory_env(lab)
-    rc, out = run_playbook(lab, "deploy.yml", "--skip-tags", "router", source=source, env=env)
-    assert rc == 0, out[-8000:]
-    return {"source": source, "env": env, "output": out, "plans": fleet_plans(source, env), "containers": containers(lab)}
+    directory = str(tmp_path_factory.mktemp("fleet"))
+    return deploy_fleet(lab, fleet_inventory(lab, directory, GROUPS, **FLEET_VALUES), lab_inventory_env(lab))
 
 
 def test_each_group_serves_on_its_own_nodes_and_its_head_answers(lab, fleet):
@@ -89,12 +147,42 @@ def test_each_group_serves_on_its_own_nodes_and_its_head_answers(lab, fleet):
         assert lab.host(head).run("systemctl is-active dgxspark-supervisor").stdout.strip() == "active", head
 
 
+def test_the_router_lists_one_model_and_both_replicas_answer_through_it(lab, fleet):
+    plans, router = fleet["plans"], fleet["router"]
+    model = plans["fleet_a"]["api"]["served_model_name"]
+    assert router["host"] == "spark-alpha" and [r["group"] for r in router["models"][0]["replicas"]] == list(GROUPS)
+    assert call(router["url"] + "/models", plans["fleet_a"], key=False)[0] == 401
+    status, body = call(router["url"] + "/models", plans["fleet_a"])
+    assert status == 200 and [m["id"] for m in body["data"]] == [model], body
+    # least-busy: a second request in flight goes to the other replica
+    served = served_through_the_router(lab, fleet, model, count=12, streams=4)
+    assert sum(served.values()) == 12 and all(served.values()), served
+
+
 def test_status_shows_the_fleet_and_each_group(lab, fleet):
     rc, out = run_playbook(lab, "status.yml", source=fleet["source"], env=fleet["env"], timeout=600)
     assert rc == 0, out[-6000:]
     assert "Fleet: 2 serving groups, 2 healthy" in out, out[-6000:]
     assert "Serving group fleet_a" in out and "Serving group fleet_b" in out
     assert out.index("Serving group fleet_a") < out.index("Serving group fleet_b")
+
+
+def test_two_served_models_each_answered_by_its_own_group(lab, fleet):
+    # fleet_b serves under a name of its own: its engine restarts, fleet_a's containers are left as they were.
+    fleet_inventory(lab, fleet["source"], GROUPS, group_values={"fleet_b": {"vllm_container_served_model_name": SECOND_NAME}},
+                    **FLEET_VALUES)
+    before = containers(lab)
+    fleet.update(deploy_fleet(lab, fleet["source"], fleet["env"]))
+    for node in GROUPS["fleet_a"]:
+        assert fleet["containers"][node] == before[node], node
+    assert fleet["containers"]["spark-gamma"][VLLM] != before["spark-gamma"][VLLM]
+    plans, router = fleet["plans"], fleet["router"]
+    first = plans["fleet_a"]["api"]["served_model_name"]
+    assert plans["fleet_b"]["api"]["served_model_name"] == SECOND_NAME
+    status, body = call(router["url"] + "/models", plans["fleet_a"])
+    assert status == 200 and sorted(m["id"] for m in body["data"]) == sorted([first, SECOND_NAME]), body
+    assert served_through_the_router(lab, fleet, first, count=4, streams=2) == {"fleet_a": 4, "fleet_b": 0}
+    assert served_through_the_router(lab, fleet, SECOND_NAME, count=4, streams=2) == {"fleet_a": 0, "fleet_b": 4}
 
 
 def test_stopping_one_group_leaves_the_other_serving(lab, fleet):
@@ -109,6 +197,7 @@ def test_stopping_one_group_leaves_the_other_serving(lab, fleet):
     assert lab.host("spark-gamma").file(SUPERVISOR_PAUSED).exists
     assert not lab.host("spark-alpha").file(SUPERVISOR_PAUSED).exists
     assert prober(lab, fleet["plans"]["fleet_a"]).ask()
+    assert chat(fleet["router"], fleet["plans"]["fleet_a"], fleet["plans"]["fleet_a"]["api"]["served_model_name"])[0] == 200
     rc, out = run_playbook(lab, "status.yml", source=fleet["source"], env=fleet["env"], timeout=600)
     assert rc != 0 and "Fleet: 2 serving groups, 1 healthy (not: fleet_b)" in out, out[-6000:]
 
