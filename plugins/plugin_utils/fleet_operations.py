@@ -53,6 +53,14 @@ def selected_members(groups, declared=None, selected=''):
     return chosen
 
 
+def listed_declaration(value):
+    """dgxspark_serving_groups as read for a listing (lookup inventory_serving_groups): a list of names as plain strings,
+    or the value as it is (none: one group; anything else the plan refuses, and serving_hosts then lists no host)."""
+    if isinstance(value, (list, tuple)):
+        return [str(name) if isinstance(name, str) else name for name in value]
+    return value
+
+
 def serving_hosts(groups, declared=None, selected=''):
     """The hosts a node play acts on: the serving groups' nodes, group after group, each group's head first."""
     return [host for _name, hosts in selected_members(groups, declared, selected) for host in hosts]

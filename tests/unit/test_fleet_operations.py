@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 
 import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.dgxspark.cluster.plugins.filter.fleet_operations import fleet_status, serving_batches, serving_hosts
+from ansible_collections.dgxspark.cluster.plugins.plugin_utils import fleet_operations
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ANSIBLE_PLAYBOOK = os.path.join(ROOT, '.venv', 'bin', 'ansible-playbook')
@@ -180,3 +182,67 @@ def test_every_operation_parses_over_a_fleet_and_over_one_group(playbook, invent
     result = run(os.path.join('playbooks', playbook), inventory, '--syntax-check', '-e', 'dgxspark_serving_group=fleet_vl'
                  if inventory == EIGHT else 'dgxspark_serving_group=')
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize('value, listed', [
+    (None, None),
+    (['fleet_a', 'fleet_b'], ['fleet_a', 'fleet_b']),
+    (('fleet_a',), ['fleet_a']),
+    ([], []),
+    ('fleet_a', 'fleet_a'),  # not a list: as it is, which the plan refuses and serving_hosts lists no host for
+])
+def test_listed_declaration(value, listed):
+    assert fleet_operations.listed_declaration(value) == listed
+
+
+def listed_hosts(playbook, inventory, *extra):
+    """{play number: (play name, sorted hosts)} of `ansible-playbook --list-hosts` (no hostvars there: nothing runs)."""
+    result = run(os.path.join('playbooks', playbook), inventory, '--list-hosts', *extra)
+    assert result.returncode == 0, result.stdout + result.stderr
+    plays, current = {}, None
+    for line in result.stdout.splitlines():
+        match = re.match(r'^  play #(\d+) \([^)]*\): (.*?)\tTAGS', line)
+        if match:
+            current = int(match.group(1))
+            plays[current] = (match.group(2), [])
+        elif current and re.match(r'^      \S+$', line):
+            plays[current][1].append(line.strip())
+    return {number: (name, sorted(hosts)) for number, (name, hosts) in plays.items()}
+
+
+def node_plays(listing):
+    """The listed hosts of every play but the controller's (localhost) and the router's (hosts: all)."""
+    return {number: hosts for number, (name, hosts) in listing.items()
+            if hosts != ['localhost'] and not name.startswith('Route the fleet')}
+
+
+@needs_ansible
+@pytest.mark.parametrize('playbook', ['deploy.yml', 'stop.yml', 'status.yml', 'firewall.yml'])
+@pytest.mark.parametrize('inventory, extra, nodes', [
+    (EIGHT, (), GROUP_397B + GROUP_VL),
+    (EIGHT, ('-e', 'dgxspark_serving_group=fleet_vl'), GROUP_VL),
+    (FOUR, (), ['spark-alpha', 'spark-beta', 'spark-delta', 'spark-gamma']),
+    # one group: the group asked for is not known when listing, as before (a run refuses it)
+    (FOUR, ('-e', 'dgxspark_serving_group=fleet_vl'), ['spark-alpha', 'spark-beta', 'spark-delta', 'spark-gamma']),
+])
+def test_listing_shows_the_serving_nodes_of_every_node_play(playbook, inventory, extra, nodes):
+    listing = listed_hosts(playbook, inventory, *extra)
+    plays = node_plays(listing)
+    assert plays and all(hosts == sorted(nodes) for hosts in plays.values()), listing
+    assert all(hosts == ['localhost'] for number, (_name, hosts) in listing.items() if number not in plays
+               and not _name.startswith('Route the fleet'))
+
+
+@needs_ansible
+def test_listing_reads_the_serving_groups_wherever_the_inventory_sets_them(tmp_path):
+    """Set in the inventory file's own vars, with a host in no serving group: only the serving groups' nodes are listed."""
+    inventory = tmp_path / 'hosts.yml'
+    inventory.write_text(json.dumps({'all': {
+        'vars': {'dgxspark_serving_groups': ['fleet_b', 'fleet_a']},
+        'hosts': {'router-only': {}},
+        'children': {'fleet_a': {'hosts': {'a1': {}, 'a2': {}}}, 'fleet_b': {'hosts': {'b1': {}, 'b2': {}}},
+                     'monitoring': {'hosts': {'mon': {}}}}}}), encoding='utf-8')
+    plays = node_plays(listed_hosts('stop.yml', str(inventory)))
+    assert plays and all(hosts == ['a1', 'a2', 'b1', 'b2'] for hosts in plays.values()), plays
+    plays = node_plays(listed_hosts('stop.yml', str(inventory), '-e', 'dgxspark_serving_group=fleet_a'))
+    assert plays and all(hosts == ['a1', 'a2'] for hosts in plays.values()), plays
