@@ -20,9 +20,9 @@ def serving_batches(groups, declared=None, selected='', limit=None):
     return filter_call('serving_batches', fleet_operations.serving_batches, groups, declared, selected, limit)
 
 
-def fleet_status(statuses, fleet=None):
+def fleet_status(statuses, fleet=None, router=None):
     """The fleet's status from each group's; see plugins/plugin_utils/fleet_operations.py fleet_status."""
-    return filter_call('fleet_status', fleet_operations.fleet_status, statuses, fleet)
+    return filter_call('fleet_status', fleet_operations.fleet_status, statuses, fleet, router)
 
 
 class FilterModule:

@@ -123,16 +123,28 @@ def _group_lines(name, status):
     return lines
 
 
-def fleet_status(statuses, fleet=None):
+def _router_lines(router):
+    """(lines, problems) of the router's serving instance (the module router_instance's result; None: not read)."""
+    if not router or router.get('line') is None:
+        return [], []
+    if not router.get('installed'):
+        return ['  router: not set up on its node yet (deploy.yml --tags router)'], []
+    problems = ['router: %s' % router['problem']] if router.get('problem') else []
+    return ['  %s' % router['line']] + ['    %s' % problem for problem in problems], problems
+
+
+def fleet_status(statuses, fleet=None, router=None):
     """{'table': lines, 'ok', 'problems', 'groups'}: the fleet's status from each group's (serving_status).
 
     ``statuses``: [{'name': group, 'status': that group's serving_status}] in the fleet's order; ``fleet``: the plan's
     dgxspark_fleet (its endpoint and models), or None with one group. A group's problems are prefixed with its name.
+    ``router``: what router_instance read on the router's node (which instance its port leads to, whether it runs), or
+    None where it was not read: a line under the endpoint's, and its problem the fleet's.
     """
     statuses = list(statuses or [])
     if not statuses:
         raise FleetOperationError('no serving group was read: nothing to show.')
-    lines, problems, groups = [], [], []
+    lines, problems, groups, router_problems = [], [], [], []
     if fleet and len(statuses) > 1:
         healthy = [entry['name'] for entry in statuses if entry['status'].get('ok')]
         lines.append('Fleet: %d serving groups, %d healthy%s' % (
@@ -144,6 +156,8 @@ def fleet_status(statuses, fleet=None):
         endpoint = (fleet.get('endpoint') or {}).get('note')
         if endpoint:
             lines.append('  endpoint: %s' % endpoint)
+        router_lines, router_problems = _router_lines(router)
+        lines.extend(router_lines)
     for entry in statuses:
         name, status = entry['name'], entry['status']
         groups.append({'name': name, 'ok': bool(status.get('ok'))})
@@ -156,4 +170,5 @@ def fleet_status(statuses, fleet=None):
         else:
             lines.extend(_group_lines(name, status))
         problems.extend(('group %s: %s' % (name, p)) if len(statuses) > 1 else p for p in status.get('problems') or [])
-    return {'table': lines, 'ok': all(g['ok'] for g in groups), 'problems': problems, 'groups': groups}
+    return {'table': lines, 'ok': all(g['ok'] for g in groups) and not router_problems, 'problems': router_problems + problems,
+            'groups': groups}
