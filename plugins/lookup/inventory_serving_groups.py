@@ -60,8 +60,8 @@ def _read_declared(loader, sources):
     hosts = inventory.get_groups_dict().get('all') or []
     if not hosts:
         return None
-    variables = VariableManager(loader=loader, inventory=inventory).get_vars(host=inventory.get_host(hosts[0]),
-                                                                            include_hostvars=False)
+    manager = VariableManager(loader=loader, inventory=inventory)
+    variables = manager.get_vars(host=inventory.get_host(hosts[0]), include_hostvars=False)
     if 'dgxspark_serving_groups' not in variables:
         return None
     return Templar(loader=loader, variables=variables).template(variables['dgxspark_serving_groups'])

@@ -40,8 +40,8 @@ SYSTEMCTL = '#!/bin/sh\n' + LOG + '[ "$UNIT_ACTIVE" = yes ]\n'
     # the nat unit stopped on purpose (its ExecStop deleted the table): left as it is
     ('no', False, True, 'yes', 0, False, ''),
 ])
-def test_a_table_gone_is_loaded_again_while_its_unit_is_active(tmp_path, unit_active, table_there, file_there, table_loads, rc,
-                                                                loaded, says):
+def test_a_table_gone_is_loaded_again_while_its_unit_is_active(
+        tmp_path, unit_active, table_there, file_there, table_loads, rc, loaded, says):
     bindir = tmp_path / 'bin'
     for name, text in (('nft', NFT), ('systemctl', SYSTEMCTL)):
         stand_in(bindir, name, text)
