@@ -8,8 +8,9 @@ replicas of one model, the router lists the model once and both groups answer re
 fleet and each group; as two served models (fleet_b's served name changed in its group_vars: a deploy restarts fleet_b's
 engine alone and swaps the router), the router lists both and each model is answered by its own group; `stop.yml -e
 dgxspark_serving_group=fleet_b` stops that group only (its supervisor paused) while fleet_a still answers, directly and
-through the router; then a one-group deploy of the 4 nodes (the lab's own inventory, deploy-397b.yml) serves again, and
-spark-gamma, fleet_b's head before, is a worker with no supervisor left that could restart its old group. One fleet
+through the router; then a one-group deploy of the 4 nodes (the lab's own inventory, deploy-397b.yml) serves again,
+spark-gamma, fleet_b's head before, is a worker with no supervisor left that could restart its old group, and the router
+is gone from spark-alpha (one group has none). One fleet
 deploy for the module; it leaves the users' default layout serving, for the next serving module.
 
     DGXSPARK_LAB_INSTANCE=2 python3 lab/labctl.py up --serving && \\
@@ -202,10 +203,19 @@ def test_stopping_one_group_leaves_the_other_serving(lab, fleet):
     assert rc != 0 and "Fleet: 2 serving groups, 1 healthy (not: fleet_b)" in out, out[-6000:]
 
 
-def test_a_one_group_deploy_after_the_fleet_removes_the_former_heads_supervisor(lab, fleet):
+def test_a_one_group_deploy_after_the_fleet_removes_the_former_heads_supervisor_and_the_router(lab, fleet):
     rc, out = run_playbook(lab, "deploy-397b.yml")
     assert rc == 0, out[-8000:]
     assert says_healthy(out), out[-4000:]
+    # One group has no router: the one the fleet put on spark-alpha is gone, its port closed and its key removed.
+    alpha = lab.host("spark-alpha")
+    for path in ("/etc/systemd/system/dgxspark-router@.service", "/etc/systemd/system/dgxspark-router-nat.service",
+                 "/etc/systemd/system/dgxspark-router-nat-watch.timer", "/etc/dgxspark/router", "/usr/local/lib/dgxspark/router"):
+        assert not alpha.file(path).exists, path
+    assert alpha.run("nft list table inet dgxspark_router").rc != 0
+    for port in [fleet["router"]["port"]] + list(fleet["router"]["instances"].values()):
+        assert not alpha.socket("tcp://0.0.0.0:%d" % port).is_listening, port
+    assert alpha.run("id dgxspark-router").rc != 0
     gamma = lab.host("spark-gamma")
     assert not gamma.file(SUPERVISOR_UNIT).exists and not gamma.file(SUPERVISOR_PROGRAM).exists
     assert not gamma.file("/etc/dgxspark/supervisor/config.json").exists
