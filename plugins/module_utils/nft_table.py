@@ -57,3 +57,12 @@ def read_table(run_command, nft, table):
     if rc == 0:
         return out, ''
     return None, (err or out).strip()
+
+
+def read_record(path):
+    """The first line of a record file a role wrote (a digest, an instance's name), or None when there is none."""
+    try:
+        with open(path, 'r') as handle:
+            return handle.read().strip() or None
+    except OSError:
+        return None

@@ -86,16 +86,8 @@ problem:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.dgxspark.cluster.plugins.module_utils.nft_table import NftTableError, digest, read_table, validate_table
+from ansible_collections.dgxspark.cluster.plugins.module_utils.nft_table import NftTableError, digest, read_record, read_table, validate_table
 from ansible_collections.dgxspark.cluster.plugins.module_utils.private_file import write_private_file
-
-
-def read_record(path):
-    try:
-        with open(path, 'r') as handle:
-            return handle.read().strip() or None
-    except OSError:
-        return None
 
 
 def problem_of(table, loaded_sha, recorded_sha, error):

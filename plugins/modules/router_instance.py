@@ -107,16 +107,8 @@ problem:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.dgxspark.cluster.plugins.module_utils.nft_table import NftTableError, read_table, validate_table
+from ansible_collections.dgxspark.cluster.plugins.module_utils.nft_table import NftTableError, read_record, read_table, validate_table
 from ansible_collections.dgxspark.cluster.plugins.module_utils.router_instance import serving_instance, unit_states
-
-
-def read_record(path):
-    try:
-        with open(path, 'r') as handle:
-            return handle.read().strip() or None
-    except OSError:
-        return None
 
 
 def main():
