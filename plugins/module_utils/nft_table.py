@@ -11,6 +11,7 @@ Pure logic, stdlib only."""
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 
 TABLE_RE = re.compile(r'^(ip|ip6|inet|arp|bridge|netdev) [A-Za-z0-9_.-]{1,64}$')
@@ -57,6 +58,17 @@ def read_table(run_command, nft, table):
     if rc == 0:
         return out, ''
     return None, (err or out).strip()
+
+
+def module_read_table(module, table, nft):
+    """read_table for a module: a malformed table name or a missing nft binary fails it with a clear message."""
+    try:
+        validate_table(table)
+    except NftTableError as exc:
+        module.fail_json(msg=str(exc))
+    if not os.path.exists(nft):
+        module.fail_json(msg='%s is missing: install the nftables package' % nft)
+    return read_table(module.run_command, nft, table)
 
 
 def read_record(path):

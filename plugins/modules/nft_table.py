@@ -83,10 +83,9 @@ problem:
   type: str
 """
 
-import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.dgxspark.cluster.plugins.module_utils.nft_table import NftTableError, digest, read_record, read_table, validate_table
+from ansible_collections.dgxspark.cluster.plugins.module_utils.nft_table import digest, module_read_table, read_record
 from ansible_collections.dgxspark.cluster.plugins.module_utils.private_file import write_private_file
 
 
@@ -113,13 +112,7 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
-    try:
-        validate_table(params['table'])
-    except NftTableError as exc:
-        module.fail_json(msg=str(exc))
-    if not os.path.exists(params['nft']):
-        module.fail_json(msg='%s is missing: install the nftables package' % params['nft'])
-    listing, error = read_table(module.run_command, params['nft'], params['table'])
+    listing, error = module_read_table(module, params['table'], params['nft'])
     loaded_sha = digest(listing)
     recorded_sha = read_record(params['record'])
     result = dict(changed=False, loaded=listing is not None, sha256=loaded_sha, recorded_sha256=recorded_sha)

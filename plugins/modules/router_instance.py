@@ -104,10 +104,9 @@ problem:
   type: str
 """
 
-import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.dgxspark.cluster.plugins.module_utils.nft_table import NftTableError, read_record, read_table, validate_table
+from ansible_collections.dgxspark.cluster.plugins.module_utils.nft_table import module_read_table, read_record
 from ansible_collections.dgxspark.cluster.plugins.module_utils.router_instance import serving_instance, unit_states
 
 
@@ -125,13 +124,7 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
-    try:
-        validate_table(params['table'])
-    except NftTableError as exc:
-        module.fail_json(msg=str(exc))
-    if not os.path.exists(params['nft']):
-        module.fail_json(msg='%s is missing: install the nftables package' % params['nft'])
-    listing, _error = read_table(module.run_command, params['nft'], params['table'])
+    listing, _error = module_read_table(module, params['table'], params['nft'])
     names = sorted(params['instances'])
     systemctl = params['systemctl'] or module.get_bin_path('systemctl', required=True)
     # is-active exits non-zero when a unit is not active; its lines are the states all the same
