@@ -253,6 +253,24 @@ def fleet_plan(source, env):
     return json.loads(result.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
 
 
+def group_api_key(plan):
+    """The fleet's API key, from the controller's file that a serving group's plan names."""
+    with open(plan["api"]["api_key_file"], encoding="utf-8") as handle:
+        return handle.read().strip()
+
+
+def group_api_url(lab, plan, path=""):
+    """A serving group's API on its head's management address (https with the plan's TLS)."""
+    return "%s://%s:%d%s" % ("https" if plan["api"]["tls"]["enabled"] else "http", lab.mgmt_ip[plan["head"]],
+                             plan["api"]["port"], path)
+
+
+def group_tls_context(plan, url):
+    """What verifies URL (a group's API, or the router's, which serves the same certificate) with the plan's cluster
+    CA; None for plain http."""
+    return ssl.create_default_context(cafile=plan["api"]["tls"]["controller"]["ca_file"]) if url.startswith("https:") else None
+
+
 def init_draft(lab, workdir, *extra):
     """playbooks/init.yml on the lab's nodes as a user runs it: a hosts-only inventory, the client network (the lab's
     management network), and the lab's differences as an -e file. Returns (rc, output, draft dir, the -e arguments and

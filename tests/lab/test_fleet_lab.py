@@ -19,15 +19,14 @@ deploy for the module; it leaves the users' default layout serving, for the next
 
 import json
 import re
-import ssl
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from ansible_lab import (RAY, VLLM, containers, fleet_inventory, fleet_plan, lab_inventory_env, node_container, run_playbook,
-                         says_healthy, serving_lab)
+from ansible_lab import (RAY, VLLM, containers, fleet_inventory, fleet_plan, group_api_key, group_api_url, group_tls_context,
+                         lab_inventory_env, node_container, run_playbook, says_healthy, serving_lab)
 from prober import Prober
 
 pytestmark = pytest.mark.lab
@@ -51,21 +50,15 @@ SUPERVISOR_PAUSED = "/var/lib/dgxspark/supervisor/paused"
 
 def prober(lab, plan):
     """A client of one group's head API (its own address, the plan's key and served name)."""
-    return Prober(engine_url(lab, plan, "/v1/chat/completions"), api_key(plan), plan["api"]["served_model_name"],
+    return Prober(group_api_url(lab, plan, "/v1/chat/completions"), group_api_key(plan), plan["api"]["served_model_name"],
                   cafile=plan["api"]["tls"]["controller"]["ca_file"])
-
-
-def api_key(plan):
-    with open(plan["api"]["api_key_file"], encoding="utf-8") as handle:
-        return handle.read().strip()
 
 
 def call(url, plan, key=True, body=None):
     """(status, parsed JSON or text) of a request from the controller, with the fleet's key unless key is false; https
     verified with the plan's cluster CA."""
-    tls = plan["api"]["tls"]
-    context = ssl.create_default_context(cafile=tls["controller"]["ca_file"]) if url.startswith("https:") else None
-    headers = dict([("Content-Type", "application/json")] + ([("Authorization", "Bearer " + api_key(plan))] if key else []))
+    context = group_tls_context(plan, url)
+    headers = dict([("Content-Type", "application/json")] + ([("Authorization", "Bearer " + group_api_key(plan))] if key else []))
     request = urllib.request.Request(url, data=json.dumps(body).encode() if body is not None else None, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=300, context=context) as response:
@@ -75,11 +68,6 @@ def call(url, plan, key=True, body=None):
         return error.code, error.read().decode()
 
 
-def engine_url(lab, plan, path):
-    return "%s://%s:%d%s" % ("https" if plan["api"]["tls"]["enabled"] else "http", lab.mgmt_ip[plan["head"]],
-                             plan["api"]["port"], path)
-
-
 # The test's requests ask for a max_tokens that nothing else sends (the supervisor's and the status' probes ask for 1,
 # the speed gate for more than 10): an engine counts them in vLLM's histogram of max_tokens, between its buckets 5 and 10.
 MAX_TOKENS = 7
@@ -87,7 +75,7 @@ MAX_TOKENS = 7
 
 def requests_served(lab, plan):
     """How many of the test's requests (max_tokens MAX_TOKENS) the group's engine finished."""
-    status, text = call(engine_url(lab, plan, "/metrics"), plan)
+    status, text = call(group_api_url(lab, plan, "/metrics"), plan)
     assert status == 200, text
     buckets = {}
     for line in text.splitlines():
