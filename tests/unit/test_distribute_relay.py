@@ -3,6 +3,7 @@ lacks written (hashed as they arrive, put in place only when size and sha256 mat
 the chain; a truncated stream or a wrong file is a clear failure; a next node that does not answer yet is tried again."""
 
 import argparse
+import fcntl
 import hashlib
 import importlib.util
 import json
@@ -150,6 +151,28 @@ def test_the_progress_file_sums_the_lanes_and_is_done_only_when_every_lane_is(tm
     lane1.update(force=True, status='failed', error='the stream from 192.168.101.10 ended early')
     state = json.loads(open(path).read())
     assert state['status'] == 'failed' and '192.168.101.10' in state['error']
+
+
+def test_a_lane_that_ends_leaves_the_partial_folders_to_a_lane_of_the_node_still_writing(tmp_path):
+    """Two lanes write into one node's partial dir; the first to end once removed the folder the other had just made."""
+    source = make_source(tmp_path, FILES)
+    stream = tar_stream(source, ['sub/dir/tokenizer.json'])
+    dest = tmp_path / 'dest'
+    (dest / '.dgxspark-partial' / 'blobs').mkdir(parents=True)  # the other lane's folder for its next file
+    other_lane = os.open(dest, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(other_lane, fcntl.LOCK_SH)
+    try:
+        proc, dest, progress = receive(tmp_path, stream, [entry('sub/dir/tokenizer.json', FILES['sub/dir/tokenizer.json'])])
+        assert proc.returncode == 0, proc.stderr
+        assert progress['status'] == 'done'
+        assert (dest / 'sub/dir/tokenizer.json').read_bytes() == FILES['sub/dir/tokenizer.json']
+        assert (dest / '.dgxspark-partial' / 'blobs').is_dir()
+    finally:
+        os.close(other_lane)
+    relay = relay_module()
+    last = relay.enter_partial_dir(str(dest))
+    relay.leave_partial_dir(str(dest), last)
+    assert not (dest / '.dgxspark-partial').exists()
 
 
 def load_relay():

@@ -230,12 +230,42 @@ def send_model(args):
     return 1 if failed else 0
 
 
+def enter_partial_dir(root):
+    """Hold the model directory shared while this lane writes: the node's other lanes write in the same partial dir."""
+    os.makedirs(root, mode=0o755, exist_ok=True)
+    lock = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(lock, fcntl.LOCK_SH)
+    return lock
+
+
+def leave_partial_dir(root, lock):
+    """The last lane of the node to finish removes the partial dir's empty folders; a lane still writing keeps them.
+
+    Without the lock a lane that ended removed the folder that another lane had just made for its next file (ENOENT).
+    """
+    fcntl.flock(lock, fcntl.LOCK_UN)  # unlock first: a lane that ends after this one then finds no other holder
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(lock)
+        return
+    try:
+        for dirpath, _dirs, _files in os.walk(os.path.join(root, PARTIAL_DIR), topdown=False):
+            try:
+                os.rmdir(dirpath)  # only empty ones: a file that failed its check was removed already
+            except OSError:
+                pass
+    finally:
+        os.close(lock)
+
+
 def receive_model(args):
     """On a node of the chain: pass the stream on, and keep (hashed, verified) the files this node lacks."""
     with open(args.entries) as handle:
         wanted = dict((e['path'], e) for e in json.load(handle) if 'sha256' in e)
     progress = LaneProgress(args.progress, args.lane, args.lanes)
     progress.update(force=True, bytes=0, total=args.total, status='running')
+    lane_lock = enter_partial_dir(args.dir)
     say_ready()
     forward, unreachable = start_forward(args, args.lane, args.lanes, args.here)
     tee = Tee(sys.stdin.buffer, forward, lambda n: progress.update(bytes=min(n, args.total), total=args.total, status='running'))
@@ -260,11 +290,7 @@ def receive_model(args):
         broken = True
         problems.append('no data from %s: the node before this one or its link failed' % args.upstream)
     forward_error = unreachable or finish_forward(tee, forward, args.chain)
-    for dirpath, _dirs, _files in os.walk(os.path.join(args.dir, PARTIAL_DIR), topdown=False):
-        try:
-            os.rmdir(dirpath)  # only empty ones: the other lane may still write there
-        except OSError:
-            pass
+    leave_partial_dir(args.dir, lane_lock)
     # This node's own verdict and the next hop's, each in this node's progress file. The exit code says only whether
     # this node took the whole stream, so that a failure further down is not reported again by every node before it.
     error = ' | '.join(problems + ([forward_error] if forward_error else []))
