@@ -25,6 +25,11 @@ def fleet_router_config(router):
     return filter_call('fleet_router_config', fleet_router.proxy_config, router)
 
 
+def fleet_router_in_rotation(router, out_of_rotation=()):
+    """The router without the replicas of the groups taken out; see plugins/plugin_utils/fleet_router.py in_rotation."""
+    return filter_call('fleet_router_in_rotation', fleet_router.in_rotation, router, out_of_rotation)
+
+
 def fleet_router_args(router, config_file, tls_dir='${CREDENTIALS_DIRECTORY}', port=None):
     """The proxy's arguments; see plugins/plugin_utils/fleet_router.py proxy_args (tls_dir: its credentials_dir)."""
     return filter_call('fleet_router_args', fleet_router.proxy_args, router, config_file, tls_dir, port)
@@ -43,6 +48,7 @@ class FilterModule:
             'fleet_router_wheelhouse': fleet_router_wheelhouse,
             'fleet_router_download_args': fleet_router_download_args,
             'fleet_router_config': fleet_router_config,
+            'fleet_router_in_rotation': fleet_router_in_rotation,
             'fleet_router_args': fleet_router_args,
             'fleet_router_environment': fleet_router_environment,
         }

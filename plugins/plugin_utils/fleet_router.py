@@ -81,6 +81,28 @@ def model_list(router):
     return entries
 
 
+def in_rotation(router, out_of_rotation=()):
+    """The router without the replicas of the groups in ``out_of_rotation`` (a roll takes a group out while it changes,
+    issue 51 item 3). A group that is not the fleet's, or a model left without a replica, is refused: the router would
+    answer that model's requests with an error for the whole change."""
+    out = list(out_of_rotation or ())
+    known = [replica['group'] for model in router['models'] for replica in model['replicas']]
+    unknown = [group for group in out if group not in known]
+    if unknown:
+        raise ValueError('%s %s no serving group of the fleet (%s)' % (
+            ', '.join(unknown), 'is' if len(unknown) == 1 else 'are', ', '.join(known)))
+    if not out:
+        return router
+    models = []
+    for model in router['models']:
+        replicas = [replica for replica in model['replicas'] if replica['group'] not in out]
+        if not replicas:
+            raise ValueError('taking %s out of the router leaves %s without a replica: a group is taken out only while '
+                             'another group serves its model' % (', '.join(out), model['served_model_name']))
+        models.append(dict(model, replicas=replicas))
+    return dict(router, models=models)
+
+
 def proxy_config(router):
     """The proxy's config file (--config) as a dict."""
     return {

@@ -26,6 +26,7 @@ class Prober(threading.Thread):
         # An https url is verified with cafile (the cluster CA of dgxspark_api_tls=generated).
         self.context = ssl.create_default_context(cafile=cafile) if url.startswith("https:") else None
         self.answers = []
+        self.failures = []  # the time of every request that got no answer (an error status, a refused or cut connection)
         self.stopped = threading.Event()
 
     @classmethod
@@ -50,6 +51,8 @@ class Prober(threading.Thread):
             started = time.time()
             if self.ask():
                 self.answers.append(time.time())
+            else:
+                self.failures.append(time.time())
             self.stopped.wait(max(0.0, self.interval - (time.time() - started)))
 
     def downtime(self, start, end):
@@ -81,8 +84,8 @@ class Prober(threading.Thread):
 MODEL = "/var/lib/dgxspark-lab/models/qwen3-moe-tiny"
 SECOND_MODEL = MODEL + "-second"
 DISTRIBUTE_PLAY = "Bring the serving image and the model to every node that lacks them, verified"
-RAY_PLAY = "Run Ray across the nodes"
-VLLM_PLAY = "Serve the model with vLLM on the head"
+# deploy.yml's play that changes the serving containers (Ray, then vLLM, group after group): a release's switch starts here.
+SERVE_PLAY = "Serve each serving group in turn (Ray, vLLM, the release record, the supervisor)"
 
 
 def stage_second_model(lab):

@@ -29,7 +29,7 @@ import pytest
 
 from ansible_lab import (BACKEND, HEAD, LAB_ENGINE_ENV, RAY, VLLM, api_ca_file, api_tls_on, api_url, changed_tasks, containers,
                          extra_vars, node_container, planned_containers, recap, run_playbook, serving_lab)
-from prober import (MODEL, RAY_PLAY, SECOND_MODEL, TEST_INTERVAL, VLLM_PLAY, PlayStarts, Prober, report_distribution,
+from prober import (MODEL, SECOND_MODEL, SERVE_PLAY, TEST_INTERVAL, PlayStarts, Prober, report_distribution,
                     stage_second_image, stage_second_model)
 
 pytestmark = pytest.mark.lab
@@ -162,7 +162,7 @@ def test_a_model_and_option_change_served_through_the_distribution_interrupted_m
         # The controller dies mid-switch (killed while it waits for the new engine): the next deploy finishes the switch.
         rc, out = run_playbook(lab, PLAYBOOK, *change,
                                on_line=plays, kill_when=lambda line: "TASK [dgxspark.cluster.vllm_container : Wait for vLLM to load" in line)
-        assert rc == -9 and VLLM_PLAY in plays, out[-4000:]
+        assert rc == -9 and SERVE_PLAY in plays, out[-4000:]
         interrupted = containers(lab)
         # With the speed gate on (a floor any serving engine passes): the new release prints its figure.
         rc, out = run_playbook(lab, PLAYBOOK, *change)
@@ -170,7 +170,7 @@ def test_a_model_and_option_change_served_through_the_distribution_interrupted_m
         prober.wait_answer(time.time(), timeout=60)
     finally:
         prober.stopped.set()
-    assert report_distribution(prober, plays, "model", VLLM_PLAY) < 5, "the old release stopped answering while the model was distributed"
+    assert report_distribution(prober, plays, "model", SERVE_PLAY) < 5, "the old release stopped answering while the model was distributed"
     assert re.search(r"Speed gate: [0-9.]+ tok/s in one stream, at least 0.5 asked", out), out[-3000:]
     # Which model and which engine options serve are the vllm phase's inputs alone.
     for phase in ("ray", "supervisor", "monitoring"):
@@ -233,7 +233,7 @@ def test_an_image_and_transport_change_recreate_every_serving_container_on_the_n
         prober.wait_answer(time.time(), timeout=60)
     finally:
         prober.stopped.set()
-    assert report_distribution(prober, plays, "image", RAY_PLAY) < 5, "the old release stopped answering while the image was distributed"
+    assert report_distribution(prober, plays, "image", SERVE_PLAY) < 5, "the old release stopped answering while the image was distributed"
     after = containers(lab)
     for node in lab.nodes:
         assert after[node][node_container()][0] != before[node][node_container()][0], node

@@ -19,6 +19,7 @@ deploy for the module; it leaves the users' default layout serving, for the next
 
 import json
 import re
+import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -27,7 +28,7 @@ import pytest
 
 from ansible_lab import (RAY, VLLM, containers, fleet_inventory, fleet_plan, group_api_key, group_api_url, group_tls_context,
                          lab_inventory_env, node_container, run_playbook, says_healthy, serving_lab)
-from prober import Prober
+from prober import TEST_INTERVAL, Prober
 
 pytestmark = pytest.mark.lab
 
@@ -117,7 +118,8 @@ def running(lab, node, container):
 def fleet(lab, tmp_path_factory):
     serving_lab(lab)
     directory = str(tmp_path_factory.mktemp("fleet"))
-    return deploy_fleet(lab, fleet_inventory(lab, directory, GROUPS, **FLEET_VALUES), lab_inventory_env(lab))
+    return dict(deploy_fleet(lab, fleet_inventory(lab, directory, GROUPS, **FLEET_VALUES), lab_inventory_env(lab)),
+                values=FLEET_VALUES)
 
 
 def test_each_group_serves_on_its_own_nodes_and_its_head_answers(lab, fleet):
@@ -148,6 +150,82 @@ def test_the_router_lists_one_model_and_both_replicas_answer_through_it(lab, fle
     assert sum(served.values()) == 12 and all(served.values()), served
 
 
+def router_prober(fleet):
+    """A client of the fleet's endpoint (the router), once a second."""
+    plan = fleet["plans"]["fleet_a"]
+    return Prober(fleet["router"]["url"] + "/chat/completions", group_api_key(plan), plan["api"]["served_model_name"],
+                  TEST_INTERVAL, cafile=plan["api"]["tls"]["controller"]["ca_file"])
+
+
+def engine_args(lab, head):
+    return lab.host(head).check_output("docker inspect --format '{{json .Args}}' %s" % VLLM)
+
+
+def roll_marks(out):
+    """The order in which the run took groups out of the router and put them back: [(what, host of the batch)]."""
+    return re.findall(r"^TASK \[(Take the group out|Put the group back)[^\n]*\n(?:(?!TASK \[)[^\n]*\n)*?"
+                      r"(?:included: \S+ for |(?:ok|changed|skipping): \[)(spark-\w+)", out, re.MULTILINE)
+
+
+def test_a_release_of_the_two_replicas_changes_one_at_a_time_and_no_request_through_the_router_fails(lab, fleet):
+    # An engine option for both groups: the roll takes fleet_a out of the router, drains and changes it, gates it, puts
+    # it back; then fleet_b. A client of the router meanwhile gets every answer.
+    fleet["values"] = dict(FLEET_VALUES, vllm_container_extra_args={"max_num_seqs": 64})
+    fleet_inventory(lab, fleet["source"], GROUPS, **fleet["values"])
+    prober = router_prober(fleet)
+    prober.start()
+    prober.wait_answer(0, timeout=60)
+    started = time.time()
+    try:
+        rc, out = run_playbook(lab, "deploy.yml", source=fleet["source"], env=fleet["env"])
+        prober.wait_answer(time.time(), timeout=60)
+    finally:
+        prober.stopped.set()
+    assert rc == 0, out[-8000:]
+    print("\nROLL two replicas: %.0f s, %d answers through the router, %d failed, longest silence %.1f s" % (
+        time.time() - started, len(prober.answers), len(prober.failures), prober.longest_silence_within(started, time.time())))
+    assert prober.failures == [], [round(t - started, 1) for t in prober.failures]
+    assert roll_marks(out) == [("Take the group out", "spark-alpha"), ("Put the group back", "spark-alpha"),
+                               ("Take the group out", "spark-gamma"), ("Put the group back", "spark-gamma")], roll_marks(out)
+    # fleet_a's new engine answered its readiness before fleet_b was taken out, fleet_b's after.
+    waits = [m.start() for m in re.finditer(r"^TASK \[dgxspark\.cluster\.vllm_container : Wait for vLLM to load", out, re.MULTILINE)]
+    takes = [m.start() for m in re.finditer(r"^TASK \[Take the group out", out, re.MULTILINE)]
+    assert len(waits) == 2 and takes[0] < waits[0] < takes[1] < waits[1], (waits, takes)
+    for head in ("spark-alpha", "spark-gamma"):
+        assert "--max-num-seqs" in engine_args(lab, head), head
+    # Both back in the router: one model, answered by both replicas.
+    served = served_through_the_router(lab, fleet, fleet["plans"]["fleet_a"]["api"]["served_model_name"], count=8, streams=4)
+    assert all(served.values()), served
+    fleet["containers"] = containers(lab)
+
+
+def test_a_failed_gate_puts_that_replica_back_and_leaves_the_other_untouched(lab, fleet):
+    # fleet_a gets another option and a speed gate no engine passes: its new engine fails the gate, its last release (the
+    # roll's) comes back, it returns to the router, and the roll stops before fleet_b.
+    fleet_inventory(lab, fleet["source"], GROUPS, group_values={"fleet_a": {
+        "vllm_container_extra_args": {"max_num_seqs": 48}, "vllm_container_min_tokens_per_s": 100000}}, **fleet["values"])
+    before = containers(lab)
+    prober = router_prober(fleet)
+    prober.start()
+    prober.wait_answer(0, timeout=60)
+    try:
+        rc, out = run_playbook(lab, "deploy.yml", source=fleet["source"], env=fleet["env"])
+    finally:
+        fleet_inventory(lab, fleet["source"], GROUPS, **fleet["values"])
+        prober.stopped.set()
+    assert rc != 0 and "The new release failed" in out and "below min_tokens_per_s 100000" in out, out[-8000:]
+    assert "was put back on every node and answers again" in out, out[-8000:]
+    assert prober.failures == [], prober.failures
+    assert '"64"' in engine_args(lab, "spark-alpha") and '"48"' not in engine_args(lab, "spark-alpha")
+    now = containers(lab)
+    for node in GROUPS["fleet_b"]:
+        assert now[node] == before[node], node
+    assert roll_marks(out) == [("Take the group out", "spark-alpha"), ("Put the group back", "spark-alpha")], roll_marks(out)
+    assert "TASK [Put the group back into the fleet's router when it serves again]" in out
+    served = served_through_the_router(lab, fleet, fleet["plans"]["fleet_a"]["api"]["served_model_name"], count=8, streams=4)
+    assert all(served.values()), served
+
+
 def test_status_shows_the_fleet_and_each_group(lab, fleet):
     rc, out = run_playbook(lab, "status.yml", source=fleet["source"], env=fleet["env"], timeout=600)
     assert rc == 0, out[-6000:]
@@ -159,7 +237,7 @@ def test_status_shows_the_fleet_and_each_group(lab, fleet):
 def test_two_served_models_each_answered_by_its_own_group(lab, fleet):
     # fleet_b serves under a name of its own: its engine restarts, fleet_a's containers are left as they were.
     fleet_inventory(lab, fleet["source"], GROUPS, group_values={"fleet_b": {"vllm_container_served_model_name": SECOND_NAME}},
-                    **FLEET_VALUES)
+                    **fleet["values"])
     before = containers(lab)
     fleet.update(deploy_fleet(lab, fleet["source"], fleet["env"]))
     for node in GROUPS["fleet_a"]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 
 import pytest
 import yaml
@@ -106,3 +107,29 @@ def test_the_units_environment_keeps_the_proxy_off_the_network_at_start_and_hold
     assert environment == {'LITELLM_LOCAL_MODEL_COST_MAP': 'True', 'LITELLM_MODE': 'PRODUCTION', 'DISABLE_ADMIN_UI': 'True',
                            'NO_DOCS': 'True'}
     assert not set(environment) & {fleet_router.MASTER_KEY_ENV, fleet_router.UPSTREAM_KEY_ENV}
+
+
+ROTATION = [
+    ('replicas-without-a', INT4, ['fleet_a'], [deployment(INT4_NAME, 'fleet_b', 'http://192.168.100.14:8000/v1')], None),
+    ('replicas-without-b', INT4, ['fleet_b'], [deployment(INT4_NAME, 'fleet_a', 'http://192.168.100.10:8000/v1')], None),
+    ('replicas-all-in', INT4, [], [deployment(INT4_NAME, 'fleet_a', 'http://192.168.100.10:8000/v1'),
+                                   deployment(INT4_NAME, 'fleet_b', 'http://192.168.100.14:8000/v1')], None),
+    ('replicas-both-out', INT4, ['fleet_a', 'fleet_b'], None, 'leaves Intel/Qwen3.5-397B-A17B-int4-AutoRound without a replica'),
+    ('two-models-lone-replica', VL, ['fleet_b'], None, 'leaves QuantTrio/Qwen3-VL-235B-A22B-Instruct-AWQ without a replica'),
+    ('unknown-group', INT4, ['fleet_c'], None, 'fleet_c is no serving group of the fleet (fleet_a, fleet_b)'),
+]
+
+
+@pytest.mark.parametrize('b_values, out, expected, refused', [c[1:] for c in ROTATION], ids=[c[0] for c in ROTATION])
+def test_a_roll_takes_a_replica_out_of_the_router_only_while_another_serves_its_model(b_values, out, expected, refused, tmp_path):
+    planned = router(b_values, False, str(tmp_path))
+    before = copy.deepcopy(planned)
+    if refused:
+        with pytest.raises(ValueError, match=re.escape(refused)):
+            fleet_router.in_rotation(planned, out)
+    else:
+        config = fleet_router.proxy_config(fleet_router.in_rotation(planned, out))
+        assert config['model_list'] == expected
+        # the router's other settings and the models it lists stay as planned
+        assert config['router_settings'] == fleet_router.proxy_config(planned)['router_settings']
+    assert planned == before

@@ -39,8 +39,18 @@ def test_the_phases_are_defined_in_deploy_order_and_well_formed():
     assert list(DEFINITIONS) == ['network', 'os', 'firewall', 'ray', 'vllm', 'supervisor', 'monitoring']
     assert [p for name, d in DEFINITIONS.items() for p in definition_problems(name, d)] == []
     with open(os.path.join(REPO, 'playbooks', 'deploy.yml'), encoding='utf-8') as handle:
-        played = [p['vars']['dgxspark_phase'] for p in yaml.safe_load(handle) if 'dgxspark_phase' in (p.get('vars') or {})]
+        played = [phase for play in yaml.safe_load(handle) for phase in phases_played(play)]
     assert played == list(DEFINITIONS)
+
+
+def phases_played(item):
+    """The phases a play (its vars) or its tasks (an include's vars, within blocks) run, in order."""
+    own = (item.get('vars') or {}).get('dgxspark_phase')
+    found = [own] if own else []
+    for key in ('tasks', 'block', 'rescue', 'always'):
+        for task in item.get(key) or []:
+            found.extend(phases_played(task))
+    return found
 
 
 @pytest.mark.parametrize('definition, message', [
@@ -83,3 +93,38 @@ def test_a_phase_s_check_reads_it_and_the_later_phases():
     assert phases_from('network', DEFINITIONS) == list(DEFINITIONS)
     with pytest.raises(PhaseStateError, match='phase rays has no definition'):
         phases_from('rays', DEFINITIONS)
+
+
+def serving_play():
+    with open(os.path.join(REPO, 'playbooks', 'deploy.yml'), encoding='utf-8') as handle:
+        plays = yaml.safe_load(handle)
+    return next(p for p in plays if p.get('name', '').startswith('Serve each serving group in turn'))
+
+
+@pytest.mark.parametrize('task_name, tags', [
+    ('Take the group out of the fleet\'s router while its ray or vllm phase changes it', ['ray', 'vllm']),
+    ('Run the ray phase unless it converged before', ['ray']),
+    ('Run the vllm phase unless it converged before', ['vllm']),
+    ('Record the serving release that proved itself on every node of the group', ['ray', 'vllm', 'release']),
+    ('Run the supervisor phase unless it converged before', ['supervisor', 'ray', 'vllm']),
+    ('Put the group back into the fleet\'s router (its release proved itself; a group out since a failed run too)', ['ray', 'vllm']),
+])
+def test_each_step_of_the_roll_keeps_its_phase_tags_on_the_include_and_on_what_it_includes(task_name, tags):
+    """A tag on an include selects the include alone: its tasks need the same tags through apply, or --tags vllm would
+    run the include and skip everything in it."""
+    block = serving_play()['tasks'][0]['block']
+    task = next(t for t in block if t['name'] == task_name)
+    include = task.get('ansible.builtin.include_tasks') or task.get('ansible.builtin.include_role')
+    assert task['tags'] == tags and include['apply']['tags'] == tags
+
+
+def test_the_rolls_rescue_runs_whatever_the_tags_and_fails_the_play():
+    """A rescue task that the run's tags leave out is skipped, and a block whose rescue was all skipped counts as
+    rescued: --tags vllm would hide a failed release. Every rescue task is tagged always; the last one fails."""
+    play = serving_play()
+    assert play['serial'] == '{{ _dgxspark_serving_batches }}' and play['any_errors_fatal'] is True
+    rescue = play['tasks'][0]['rescue']
+    assert all('always' in task['tags'] for task in rescue)
+    assert 'ansible.builtin.fail' in rescue[-1] and 'when' not in rescue[-1]
+    back = next(t for t in rescue if 'ansible.builtin.include_role' in t)
+    assert back['ansible.builtin.include_role']['apply']['tags'] == ['always']
