@@ -161,10 +161,17 @@ def engine_args(lab, head):
     return lab.host(head).check_output("docker inspect --format '{{json .Args}}' %s" % VLLM)
 
 
+# The banners of the roll's two steps, once per group's batch: the router swapped without the group (rolling_out.yml),
+# and with every group again (deploy.yml, after the release record; its rescue's twin after a failed change).
+TAKE_OUT = "Take the group out of the fleet's router and let it finish its requests"
+PUT_BACK = "Put the group back into the fleet's router"
+
+
 def roll_marks(out):
-    """The order in which the run took groups out of the router and put them back: [(what, host of the batch)]."""
-    return re.findall(r"^TASK \[(Take the group out|Put the group back)[^\n]*\n(?:(?!TASK \[)[^\n]*\n)*?"
-                      r"(?:included: \S+ for |(?:ok|changed|skipping): \[)(spark-\w+)", out, re.MULTILINE)
+    """The order in which the run took groups out of the router and put them back: [(step, host of the batch)]."""
+    found = re.findall(r"^TASK \[(%s|%s)[^\n]*\n(?:(?!TASK \[)[^\n]*\n)*?(?:included: \S+ for |(?:ok|changed|skipping): \[)"
+                       r"(spark-\w+)" % (re.escape(TAKE_OUT), re.escape(PUT_BACK)), out, re.MULTILINE)
+    return [("out" if step == TAKE_OUT else "back", host) for step, host in found]
 
 
 def test_a_release_of_the_two_replicas_changes_one_at_a_time_and_no_request_through_the_router_fails(lab, fleet):
@@ -185,11 +192,11 @@ def test_a_release_of_the_two_replicas_changes_one_at_a_time_and_no_request_thro
     print("\nROLL two replicas: %.0f s, %d answers through the router, %d failed, longest silence %.1f s" % (
         time.time() - started, len(prober.answers), len(prober.failures), prober.longest_silence_within(started, time.time())))
     assert prober.failures == [], [round(t - started, 1) for t in prober.failures]
-    assert roll_marks(out) == [("Take the group out", "spark-alpha"), ("Put the group back", "spark-alpha"),
-                               ("Take the group out", "spark-gamma"), ("Put the group back", "spark-gamma")], roll_marks(out)
+    assert roll_marks(out) == [("out", "spark-alpha"), ("back", "spark-alpha"), ("out", "spark-gamma"), ("back", "spark-gamma")], \
+        roll_marks(out)
     # fleet_a's new engine answered its readiness before fleet_b was taken out, fleet_b's after.
     waits = [m.start() for m in re.finditer(r"^TASK \[dgxspark\.cluster\.vllm_container : Wait for vLLM to load", out, re.MULTILINE)]
-    takes = [m.start() for m in re.finditer(r"^TASK \[Take the group out", out, re.MULTILINE)]
+    takes = [m.start() for m in re.finditer(r"^TASK \[%s" % re.escape(TAKE_OUT), out, re.MULTILINE)]
     assert len(waits) == 2 and takes[0] < waits[0] < takes[1] < waits[1], (waits, takes)
     for head in ("spark-alpha", "spark-gamma"):
         assert "--max-num-seqs" in engine_args(lab, head), head
@@ -220,7 +227,7 @@ def test_a_failed_gate_puts_that_replica_back_and_leaves_the_other_untouched(lab
     now = containers(lab)
     for node in GROUPS["fleet_b"]:
         assert now[node] == before[node], node
-    assert roll_marks(out) == [("Take the group out", "spark-alpha"), ("Put the group back", "spark-alpha")], roll_marks(out)
+    assert roll_marks(out) == [("out", "spark-alpha"), ("back", "spark-alpha")], roll_marks(out)
     assert "TASK [Put the group back into the fleet's router when it serves again]" in out
     served = served_through_the_router(lab, fleet, fleet["plans"]["fleet_a"]["api"]["served_model_name"], count=8, streams=4)
     assert all(served.values()), served
