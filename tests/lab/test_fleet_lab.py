@@ -168,10 +168,12 @@ PUT_BACK = "Put the group back into the fleet's router"
 
 
 def roll_marks(out):
-    """The order in which the run took groups out of the router and put them back: [(step, host of the batch)]."""
+    """The order in which the run took groups out of the router and put them back: [(step, group of the batch)] (the
+    first host that reports a step may be any of its batch)."""
     found = re.findall(r"^TASK \[(%s|%s)[^\n]*\n(?:(?!TASK \[)[^\n]*\n)*?(?:included: \S+ for |(?:ok|changed|skipping): \[)"
                        r"(spark-\w+)" % (re.escape(TAKE_OUT), re.escape(PUT_BACK)), out, re.MULTILINE)
-    return [("out" if step == TAKE_OUT else "back", host) for step, host in found]
+    group_of = dict((node, name) for name, nodes in GROUPS.items() for node in nodes)
+    return [("out" if step == TAKE_OUT else "back", group_of[host]) for step, host in found]
 
 
 def test_a_release_of_the_two_replicas_changes_one_at_a_time_and_no_request_through_the_router_fails(lab, fleet):
@@ -192,8 +194,7 @@ def test_a_release_of_the_two_replicas_changes_one_at_a_time_and_no_request_thro
     print("\nROLL two replicas: %.0f s, %d answers through the router, %d failed, longest silence %.1f s" % (
         time.time() - started, len(prober.answers), len(prober.failures), prober.longest_silence_within(started, time.time())))
     assert prober.failures == [], [round(t - started, 1) for t in prober.failures]
-    assert roll_marks(out) == [("out", "spark-alpha"), ("back", "spark-alpha"), ("out", "spark-gamma"), ("back", "spark-gamma")], \
-        roll_marks(out)
+    assert roll_marks(out) == [("out", "fleet_a"), ("back", "fleet_a"), ("out", "fleet_b"), ("back", "fleet_b")], roll_marks(out)
     # fleet_a's new engine answered its readiness before fleet_b was taken out, fleet_b's after.
     waits = [m.start() for m in re.finditer(r"^TASK \[dgxspark\.cluster\.vllm_container : Wait for vLLM to load", out, re.MULTILINE)]
     takes = [m.start() for m in re.finditer(r"^TASK \[%s" % re.escape(TAKE_OUT), out, re.MULTILINE)]
@@ -227,7 +228,7 @@ def test_a_failed_gate_puts_that_replica_back_and_leaves_the_other_untouched(lab
     now = containers(lab)
     for node in GROUPS["fleet_b"]:
         assert now[node] == before[node], node
-    assert roll_marks(out) == [("out", "spark-alpha"), ("back", "spark-alpha")], roll_marks(out)
+    assert roll_marks(out) == [("out", "fleet_a"), ("back", "fleet_a")], roll_marks(out)
     assert "TASK [Put the group back into the fleet's router when it serves again]" in out
     served = served_through_the_router(lab, fleet, fleet["plans"]["fleet_a"]["api"]["served_model_name"], count=8, streams=4)
     assert all(served.values()), served
