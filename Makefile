@@ -9,7 +9,7 @@ PYTEST := $(BIN)/pytest
 MOLECULE_SCENARIOS := $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 
 .PHONY: help setup setup-runtime system-deps run plan lint yamllint ansible-lint sanity unit \
-	build promtool bench-lab bench-network bench-deploy bench-distribute bench-serving bench-release bench-backends lab-up lab-down lab-status lab-test \
+	build promtool bench-lab bench-network bench-deploy bench-distribute bench-serving bench-release bench-backends bench-fleet lab-up lab-down lab-status lab-test \
 	test-lab-mp test-lab-more molecule test clean
 
 help:
@@ -118,6 +118,10 @@ bench-release: setup
 # Ray and vLLM's own multi-node backend (mp) side by side: first deploy, no-op, idle CPU and memory, a worker rank lost.
 bench-backends: setup
 	$(BIN)/python bench/backends
+
+# The fleet's router on the 4-node lab (issue 51): its cost, a replica killed, a rolling release. BENCH_ARGS='--part 1 --workers 1 --workers 2'
+bench-fleet: setup
+	$(BIN)/python bench/fleet $(BENCH_ARGS)
 
 # Benchmark a deployed endpoint (playbooks/benchmark.yml): make bench-serving INVENTORY=inventories/4node BENCH_ARGS='-e ...'
 bench-serving: setup

@@ -30,9 +30,9 @@ def fleet_router_in_rotation(router, out_of_rotation=()):
     return filter_call('fleet_router_in_rotation', fleet_router.in_rotation, router, out_of_rotation)
 
 
-def fleet_router_args(router, config_file, tls_dir='${CREDENTIALS_DIRECTORY}', port=None):
+def fleet_router_args(router, config_file, tls_dir='${CREDENTIALS_DIRECTORY}', port=None, workers=1):
     """The proxy's arguments; see plugins/plugin_utils/fleet_router.py proxy_args (tls_dir: its credentials_dir)."""
-    return filter_call('fleet_router_args', fleet_router.proxy_args, router, config_file, tls_dir, port)
+    return filter_call('fleet_router_args', fleet_router.proxy_args, router, config_file, tls_dir, port, workers)
 
 
 def fleet_router_environment(router):

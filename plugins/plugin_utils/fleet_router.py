@@ -53,6 +53,9 @@ ENVIRONMENT = {
     'DISABLE_ADMIN_UI': 'True',
     'NO_DOCS': 'True',
 }
+# The proxy's worker processes: a DGX Spark has 20 cores, and each worker holds its own copy of LiteLLM in memory.
+MAX_WORKERS = 16
+WORKER_MB = 400
 # The names of the router's own TLS files (copies of its head's certificate and key, the key readable by the router's
 # user only) in the directory the role gives proxy_args (roles/fleet_router: its config directory; LoadCredential's
 # $CREDENTIALS_DIRECTORY is empty under systemd 252 in a container, docs/fleet-router.md).
@@ -113,12 +116,18 @@ def proxy_config(router):
     }
 
 
-def proxy_args(router, config_file, credentials_dir='${CREDENTIALS_DIRECTORY}', port=None):
-    """The arguments of LiteLLM's ``litellm`` command: the config, where it listens, and with TLS the head's certificate
-    and key as the unit hands them over (paths only; the key's content never is in argv). credentials_dir: as the
-    unit's start script (a shell) expands it; port: where this instance listens (an int, or a shell variable the start
-    script sets from its instance's name), the router's port by default."""
-    args = ['--config', str(config_file), '--host', '0.0.0.0', '--port', str(router['port'] if port is None else port)]
+def proxy_args(router, config_file, credentials_dir='${CREDENTIALS_DIRECTORY}', port=None, workers=1):
+    """The arguments of LiteLLM's ``litellm`` command: the config, where it listens, its worker processes, and with TLS
+    the head's certificate and key as the unit hands them over (paths only; the key's content never is in argv).
+    credentials_dir: as the unit's start script (a shell) expands it; port: where this instance listens (an int, or a
+    shell variable the start script sets from its instance's name), the router's port by default; workers: the proxy's
+    processes (uvicorn's workers, 1 to MAX_WORKERS). One process parses every streamed chunk in one Python thread, so
+    it serves about one core's worth of tokens (docs/fleet-router.md, "Measured")."""
+    if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= MAX_WORKERS:
+        raise ValueError('the router\'s workers are %r, not a whole number from 1 to %d: give fleet_router_workers as '
+                         'the proxy\'s processes (each about %d MB)' % (workers, MAX_WORKERS, WORKER_MB))
+    args = ['--config', str(config_file), '--host', '0.0.0.0', '--port', str(router['port'] if port is None else port),
+            '--num_workers', str(workers)]
     if router['tls']['enabled']:
         args += ['--ssl_certfile_path', '%s/%s' % (credentials_dir, TLS_CREDENTIALS['cert']),
                  '--ssl_keyfile_path', '%s/%s' % (credentials_dir, TLS_CREDENTIALS['key'])]

@@ -92,14 +92,23 @@ def test_the_proxy_balances_by_load_leaves_a_failing_replica_within_seconds_and_
     assert fleet_router.proxy_config(router(INT4, False, str(tmp_path)))['litellm_settings']['callbacks'] == ['prometheus']
 
 
-@pytest.mark.parametrize('tls, expected', [
-    (False, ['--config', '/etc/dgxspark/router/config.yaml', '--host', '0.0.0.0', '--port', '4000']),
-    (True, ['--config', '/etc/dgxspark/router/config.yaml', '--host', '0.0.0.0', '--port', '4000',
-            '--ssl_certfile_path', '${CREDENTIALS_DIRECTORY}/api_tls_cert',
-            '--ssl_keyfile_path', '${CREDENTIALS_DIRECTORY}/api_tls_key']),
-], ids=['plain', 'tls'])
-def test_the_command_line_names_paths_only(tls, expected, tmp_path):
-    assert fleet_router.proxy_args(router(VL, tls, str(tmp_path)), '/etc/dgxspark/router/config.yaml') == expected
+@pytest.mark.parametrize('tls, workers, expected', [
+    (False, 1, ['--config', '/etc/dgxspark/router/config.yaml', '--host', '0.0.0.0', '--port', '4000', '--num_workers', '1']),
+    (False, 4, ['--config', '/etc/dgxspark/router/config.yaml', '--host', '0.0.0.0', '--port', '4000', '--num_workers', '4']),
+    (True, 2, ['--config', '/etc/dgxspark/router/config.yaml', '--host', '0.0.0.0', '--port', '4000', '--num_workers', '2',
+               '--ssl_certfile_path', '${CREDENTIALS_DIRECTORY}/api_tls_cert',
+               '--ssl_keyfile_path', '${CREDENTIALS_DIRECTORY}/api_tls_key']),
+], ids=['plain', 'four-workers', 'tls'])
+def test_the_command_line_names_paths_only(tls, workers, expected, tmp_path):
+    assert fleet_router.proxy_args(router(VL, tls, str(tmp_path)), '/etc/dgxspark/router/config.yaml',
+                                   workers=workers) == expected
+
+
+@pytest.mark.parametrize('workers', [0, 17, -1, '2', 2.0, True, None])
+def test_workers_that_are_not_a_count_of_processes_are_refused(workers, tmp_path):
+    with pytest.raises(ValueError, match=r"the router's workers are .*, not a whole number from 1 to 16: give "
+                                         r"fleet_router_workers"):
+        fleet_router.proxy_args(router(VL, False, str(tmp_path)), '/etc/dgxspark/router/config.yaml', workers=workers)
 
 
 def test_the_units_environment_keeps_the_proxy_off_the_network_at_start_and_holds_no_key():

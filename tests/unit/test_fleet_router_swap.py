@@ -43,14 +43,14 @@ def fixture_start_script(tmp_path):
     script = tmp_path / 'start.sh'
     script.write_text(render('start.sh.j2', _fleet_router_key_file=str(tmp_path / 'api_key'), _fleet_router_venv=str(tmp_path / 'venv'),
                              _fleet_router_config_file='/etc/dgxspark/router/config.yaml',
-                             _fleet_router_config_dir='/etc/dgxspark/router'))
+                             _fleet_router_config_dir='/etc/dgxspark/router', fleet_router_workers=3))
     return script
 
 
 @pytest.mark.parametrize('instance, port', [('a', 4001), ('b', 4002)])
 def test_each_instance_listens_on_its_own_port(start_script, instance, port):
     out = subprocess.run(['sh', str(start_script), instance], capture_output=True, text=True, check=True).stdout.splitlines()
-    assert out == ['--config /etc/dgxspark/router/config.yaml --host 0.0.0.0 --port %d' % port, 'key 48']
+    assert out == ['--config /etc/dgxspark/router/config.yaml --host 0.0.0.0 --port %d --num_workers 3' % port, 'key 48']
 
 
 @pytest.mark.parametrize('argv', [[], ['c'], ['a b']])

@@ -98,6 +98,9 @@ def test_unit_active_and_hardened(host):
     assert shown["CapabilityBoundingSet"] == "" and shown["PrivateTmp"] == "yes" and shown["ProtectHome"] == "yes"
     uid = host.check_output("stat -c %%u /proc/%s" % shown["MainPID"])
     assert uid != "0", "the proxy runs as root"
+    # fleet_router_workers (2 by default): uvicorn's workers, children of the main process (spawned, not forked)
+    children = host.check_output("ps --ppid %s -o args=" % shown["MainPID"]).splitlines()
+    assert len([args for args in children if "spawn_main" in args]) == 2, children
     key = host.file("/etc/dgxspark/router/api_key")
     assert key.mode == 0o400 and key.user == "dgxspark-router"
 
