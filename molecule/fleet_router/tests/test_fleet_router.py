@@ -4,7 +4,8 @@
 controller's wheelhouse for the node's own Python and platform, runs hardened (its own system user without capabilities, a
 read-only system), keeps the fleet's key out of ps, systemd and the journal, lists both groups' models with the key and
 answers 401 without it, routes each model to its own group (the stand-in engines name their node), keeps /metrics behind
-the key, and is reachable from the API's networks through the firewall. A second converge that changes nothing
+the key, and is reachable from the API's networks through the firewall; after a real `nft flush ruleset` its endpoint
+comes back without Ansible (the redirect's watch), and the proxy runs fleet_router_workers worker processes. A second converge that changes nothing
 restarts nothing: molecule's idempotence step (changed=0; every task of a swap reports a change). A check run of a
 change shows it and changes nothing. Last, a converge that changes the router swaps its two instances under a constant stream of requests (streamed and not)
 through the router's port: no request fails, and the other instance serves afterwards."""
@@ -214,6 +215,34 @@ class Load:
         self.stop.set()
         for thread in self.threads:
             thread.join(90)
+
+
+def test_the_routers_table_flushed_by_hand_comes_back_without_ansible(host, router, api_key):
+    """A real `nft flush ruleset` on the router's node: the router's redirect (and node_firewall's table) are gone, so
+    the router's port leads nowhere; dgxspark-router-nat-watch.timer loads the redirect again from the last swap's file
+    (every fleet_router_nat_watch_interval_s, 15 s), node_firewall's watch its own table, and the endpoint answers
+    again, served by the same instance."""
+    name = active(host)[0]
+    host.check_output("nft flush ruleset")
+    flushed = time.monotonic()
+    assert "dgxspark" not in host.check_output("nft list tables")
+    answered, tables = None, ""
+    while time.monotonic() - flushed < 60:
+        try:
+            status = call(router["url"] + "/models", key=api_key)[0]
+        except (urllib.error.URLError, OSError):
+            status = None
+        if status == 200 and answered is None:
+            answered = time.monotonic() - flushed
+        tables = host.check_output("nft list tables").splitlines()
+        if answered is not None and "table inet dgxspark" in tables:
+            break
+        time.sleep(0.5)
+    assert answered is not None, "the router did not answer within 60 s of the flush; tables: %s" % tables
+    assert "table inet dgxspark_router" in tables and "table inet dgxspark" in tables, tables
+    print("the router's endpoint answered %.1f s after nft flush ruleset" % answered)
+    assert "redirect to :%d" % router["instances"][name] in host.check_output("nft list table inet dgxspark_router")
+    assert active(host)[0] == name
 
 
 def monotonic_us(host, unit, prop):
