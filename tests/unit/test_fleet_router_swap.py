@@ -43,7 +43,8 @@ def fixture_start_script(tmp_path):
     script = tmp_path / 'start.sh'
     script.write_text(render('start.sh.j2', _fleet_router_key_file=str(tmp_path / 'api_key'), _fleet_router_venv=str(tmp_path / 'venv'),
                              _fleet_router_config_file='/etc/dgxspark/router/config.yaml',
-                             _fleet_router_config_dir='/etc/dgxspark/router', fleet_router_workers=3))
+                             _fleet_router_config_dir='/etc/dgxspark/router',
+                             fleet_router_workers='3'))  # as -e gives it: a string
     return script
 
 

@@ -95,7 +95,7 @@ def test_the_unit_and_the_script_name_files_only():
     tasks = _read('tasks', 'install.yml')
     for name in fleet_router.TLS_CREDENTIALS.values():
         assert '_fleet_router_config_dir }}/%s"' % name in tasks, name
-    assert "fleet_router_args(_fleet_router_config_file, _fleet_router_config_dir, '${port}', fleet_router_workers)" in script
+    assert "fleet_router_args(_fleet_router_config_file, _fleet_router_config_dir, '${port}', fleet_router_workers | int)" in script
     assert 'cat {{ _fleet_router_key_file }}' in script
     # no key in the unit: it names files only, and its user is not root
     assert not re.search(r'Environment=.*(KEY|key)=', unit) and 'User={{ _fleet_router_user }}' in unit

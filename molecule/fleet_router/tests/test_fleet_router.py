@@ -5,8 +5,8 @@ controller's wheelhouse for the node's own Python and platform, runs hardened (i
 read-only system), keeps the fleet's key out of ps, systemd and the journal, lists both groups' models with the key and
 answers 401 without it, routes each model to its own group (the stand-in engines name their node), keeps /metrics behind
 the key, and is reachable from the API's networks through the firewall; after a real `nft flush ruleset` its endpoint
-comes back without Ansible (the redirect's watch), and the proxy runs fleet_router_workers worker processes. A second converge that changes nothing
-restarts nothing: molecule's idempotence step (changed=0; every task of a swap reports a change). A check run of a
+comes back without Ansible (the redirect's watch), and the proxy runs fleet_router_workers worker processes. A second
+converge that changes nothing restarts nothing: molecule's idempotence step (changed=0; every task of a swap reports a change). A check run of a
 change shows it and changes nothing. Last, a converge that changes the router swaps its two instances under a constant stream of requests (streamed and not)
 through the router's port: no request fails, and the other instance serves afterwards."""
 
