@@ -226,7 +226,7 @@ def test_the_routers_table_flushed_by_hand_comes_back_without_ansible(host, rout
     host.check_output("nft flush ruleset")
     flushed = time.monotonic()
     assert "dgxspark" not in host.check_output("nft list tables")
-    answered, tables = None, ""
+    answered, tables = None, []
     while time.monotonic() - flushed < 60:
         try:
             status = call(router["url"] + "/models", key=api_key)[0]
